@@ -1,0 +1,94 @@
+"""Dependencies shared by every router: database, settings, caller, JSON body."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import orjson
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
+
+from flowyard.api.problems import validation_problems
+from flowyard.config import Settings
+from flowyard.db.session import Database
+from flowyard.errors import InvalidInput, Unauthorized, UnsupportedMediaType
+from flowyard.iam import service as iam
+from flowyard.iam.principal import Principal
+
+_bearer = HTTPBearer(auto_error=False, description="A token from POST /login or POST /tokens.")
+
+
+def get_db(request: Request) -> Database:
+    return request.app.state.db  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+DB = Annotated[Database, Depends(get_db)]
+AppSettings = Annotated[Settings, Depends(get_settings)]
+
+
+async def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
+        raise Unauthorized("Authorization: Bearer <token> is required.")
+    db: Database = request.app.state.db
+    ttl = request.app.state.settings.session_ttl_seconds
+    async with db.read() as session:
+        principal, slide = await iam.authenticate(session, credentials.credentials, session_ttl=ttl)
+    if slide:
+        async with db.write() as session:
+            await iam.slide_session(session, principal.token_id, session_ttl=ttl)
+    return principal
+
+
+Caller = Annotated[Principal, Depends(get_principal)]
+
+
+def is_json_content_type(value: str | None) -> bool:
+    if not value:
+        return False
+    media = value.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+async def read_json(request: Request, *, required: bool = True) -> Any:
+    """The request body as JSON: 415 for another content type, 400 if it does not parse."""
+    raw = await request.body()
+    if not raw:
+        if required:
+            if not is_json_content_type(request.headers.get("content-type")):
+                raise UnsupportedMediaType()
+            raise InvalidInput("A JSON body is required.")
+        return None
+    if not is_json_content_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"The body is not valid JSON: {exc}") from None
+
+
+def json_body_doc(schema_ref: str, *, required: bool = True, array_too: bool = False) -> dict[str, Any]:
+    """``openapi_extra`` for routes that read their JSON body by hand."""
+    schema: dict[str, Any] = {"$ref": f"#/components/schemas/{schema_ref}"}
+    if array_too:
+        schema = {"oneOf": [schema, {"type": "array", "items": schema}]}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """Read and validate a JSON body against ``model``; every problem reported at once (400)."""
+    raw = await read_json(request)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidInput(validation_problems(exc.errors())) from None

@@ -1,0 +1,113 @@
+"""List parameters: ``page[size]``, ``page[number]``, ``sort``, ``search``, ``filter[...]``.
+
+Parsed from the raw query string so bracketed names work and unknown
+``filter[...]`` keys are refused instead of silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import Query, Request
+
+from flowyard.errors import InvalidInput, Problem
+
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 10
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    page: int = 1
+    size: int = DEFAULT_PAGE_SIZE
+    sort: str | None = None
+    search: str | None = None
+    filters: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.size
+
+
+def _int_param(raw: str | None, name: str, default: int, lo: int, hi: int | None) -> tuple[int, Problem | None]:
+    if raw is None:
+        return default, None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return default, Problem(f"{name} must be an integer.", name)
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        return default, Problem(f"{name} must be {bound}.", name)
+    return value, None
+
+
+def parse_list_query(
+    request: Request,
+    *,
+    filters: frozenset[str] = frozenset(),
+    sorts: frozenset[str] = frozenset(),
+    paged: bool = True,
+    searchable: bool = False,
+) -> ListQuery:
+    params = request.query_params
+    problems: list[Problem] = []
+    page = size = 0
+    if paged:
+        # Pages past 10**9 cannot exist and would overflow OFFSET on some databases.
+        page, p1 = _int_param(params.get("page[number]"), "page[number]", 1, 1, 10**9)
+        size, p2 = _int_param(params.get("page[size]"), "page[size]", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        problems += [p for p in (p1, p2) if p]
+    sort = params.get("sort")
+    if sort is not None and sorts:
+        if (sort[1:] if sort.startswith("-") else sort) not in sorts:
+            problems.append(
+                Problem(f"sort must be one of {', '.join(sorted(sorts))}, optionally prefixed with '-'.", "sort")
+            )
+            sort = None
+    search = params.get("search") if searchable else None
+    if search is not None and len(search) > 500:
+        problems.append(Problem("search must be at most 500 characters.", "search"))
+    found: dict[str, str] = {}
+    for key, value in params.multi_items():
+        if key.startswith("filter[") or key.startswith("filter%5B"):
+            name = key[7:-1] if key.endswith("]") else None
+            if name is None or name not in filters:
+                allowed = ", ".join(f"filter[{f}]" for f in sorted(filters)) or "none"
+                problems.append(Problem(f"Unknown filter {key}. Allowed: {allowed}.", key))
+            elif name in found:
+                problems.append(Problem(f"{key} given more than once.", key))
+            else:
+                found[name] = value
+        elif key.startswith("page[") and key not in ("page[size]", "page[number]"):
+            problems.append(Problem(f"Unknown paging parameter {key}.", key))
+    if problems:
+        raise InvalidInput(problems)
+    return ListQuery(page=page or 1, size=size or DEFAULT_PAGE_SIZE, sort=sort, search=search or None, filters=found)
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching ``text`` literally anywhere (``\\`` is the escape)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def order_by(sort: str | None, columns: dict[str, sa.ColumnElement[object]], id_col: sa.ColumnElement[object]) -> list[sa.ColumnElement[object]]:
+    """The ORDER BY for ``sort``; ties broken by id ascending (default: id ascending)."""
+    if not sort:
+        return [id_col.asc()]
+    col = columns[sort.lstrip("-")]
+    return [col.desc() if sort.startswith("-") else col.asc(), id_col.asc()]
+
+
+# Documentation-only parameters: declared so OpenAPI shows the bracketed names.
+PageSize = Annotated[
+    int | None, Query(alias="page[size]", ge=1, le=MAX_PAGE_SIZE, description="Objects per page (1..1000), default 10.")
+]
+PageNumber = Annotated[int | None, Query(alias="page[number]", ge=1, le=10**9, description="1-based page number, default 1.")]
+Search = Annotated[
+    str | None,
+    Query(max_length=500, description="Case-insensitive literal substring of the name or description."),
+]

@@ -1,0 +1,119 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from flowyard import __version__
+from flowyard.api import health
+from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
+from flowyard.api.middleware import RequestContextMiddleware
+from flowyard.config import Settings
+from flowyard.db.session import Database
+from flowyard.engine import router as components_router
+from flowyard.engine.components import Registry
+from flowyard.engine.service import EngineServices
+from flowyard.flows import router as flows_router
+from flowyard.flows.schemas import MutableFlow
+from flowyard.iam import router as iam_router
+from flowyard.iam import schemas as iam_schemas
+
+log = logging.getLogger("flowyard")
+
+# Bodies read by hand (to report every problem at once and to answer 415/413
+# ourselves); their schemas are added to the OpenAPI components here.
+_BODY_MODELS: list[type[BaseModel]] = [
+    MutableFlow,
+    iam_schemas.Login,
+    iam_schemas.TokenCreate,
+    iam_schemas.Introspect,
+    iam_schemas.UserCreate,
+    iam_schemas.UserUpdate,
+    iam_schemas.TenantCreate,
+    iam_schemas.RoleCreate,
+    iam_schemas.RoleUpdate,
+]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    db: Database | None = None,
+    registry: Registry | None = None,
+    run_engine: bool = True,
+) -> FastAPI:
+    """Build the app. ``run_engine=False`` serves the API only (workers run elsewhere)."""
+    settings = settings or Settings()
+    registry = registry or Registry.load()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_db = db is None
+        app.state.db = db or Database(settings.resolved_database_url())
+        engine = None
+        if run_engine:
+            engine = EngineServices(app.state.db, settings, registry)
+            await engine.start()
+        app.state.engine = engine
+        try:
+            yield
+        finally:
+            if engine is not None:
+                await engine.stop()
+            if own_db:
+                await app.state.db.dispose()
+
+    app = FastAPI(
+        title="flowyard",
+        version=__version__,
+        description="Integration flows: store, start and stop them, trigger them by webhook or cron, "
+        "and read their executions, counts and logs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.engine = None
+    if db is not None:
+        app.state.db = db
+    install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    for module in (health, iam_router, flows_router, components_router):
+        app.include_router(module.router)
+    _install_openapi(app)
+    return app
+
+
+def _install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["ErrorResponse"] = ERROR_SCHEMA
+        for model in _BODY_MODELS:
+            model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in model_schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = model_schema
+        # FastAPI documents 422 for parameter validation; we answer 400 in the error shape.
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                responses = op.get("responses", {})
+                if responses.pop("422", None) is not None and "400" not in responses:
+                    responses["400"] = {
+                        "description": "Invalid parameter",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+                    }
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,310 @@
+"""The ``flowyard`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import sqlalchemy as sa
+
+from flowyard.clock import isoformat, utcnow
+from flowyard.config import Settings
+from flowyard.db import migrate as migrations
+from flowyard.db.session import Database
+from flowyard.engine.components import Registry
+from flowyard.errors import FlowyardError
+from flowyard.iam import permissions as perms
+from flowyard.iam import service as iam
+from flowyard.iam.models import User
+
+T = TypeVar("T")
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _setup_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
+    async def run() -> T:
+        db = Database(settings.resolved_database_url())
+        try:
+            return await fn(db)
+        finally:
+            await db.dispose()
+
+    try:
+        return asyncio.run(run())
+    except FlowyardError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+def _prepare(settings: Settings) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings.resolved_database_url())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="flowyard")
+def main() -> None:
+    """flowyard: integration flows behind a REST API.
+
+    Configuration comes from FLOWYARD_* environment variables (see docs/configuration.md).
+    """
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default FLOWYARD_HOST or 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default FLOWYARD_PORT or 8000).")
+@click.option("--no-engine", is_flag=True, help="Serve the API only; run `flowyard worker` elsewhere.")
+@click.option("--no-migrate", is_flag=True, help="Do not upgrade the database schema at start.")
+def serve(host: str | None, port: int | None, no_engine: bool, no_migrate: bool) -> None:
+    """Run the API, a worker and the scheduler in one process."""
+    import uvicorn
+
+    from flowyard.app import create_app
+
+    settings = _settings()
+    _setup_logging(settings)
+    if not no_migrate:
+        _prepare(settings)
+
+    async def first_admin(db: Database) -> None:
+        async with db.write() as session:
+            await iam.ensure_first_admin(
+                session,
+                username=settings.admin_username,
+                password=settings.admin_password.get_secret_value() if settings.admin_password else None,
+                data_dir=settings.data_dir,
+            )
+
+    _with_db(settings, first_admin)
+    app = create_app(settings, run_engine=not no_engine)
+    uvicorn.run(
+        app,
+        host=host or settings.host,
+        port=port if port is not None else settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
+    )
+
+
+@main.command()
+def worker() -> None:
+    """Run only the engine (worker, scheduler, reconciler), for scale-out."""
+    from flowyard.engine.service import run_standalone
+
+    settings = _settings()
+    _setup_logging(settings)
+    asyncio.run(run_standalone(settings))
+
+
+@main.command()
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def migrate(revision: str) -> None:
+    """Create or upgrade the database schema."""
+    settings = _settings()
+    _setup_logging(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings.resolved_database_url(), revision)
+    click.echo(f"database at {revision}")
+
+
+@main.command()
+def components() -> None:
+    """List installed components, and those that failed to load."""
+    registry = Registry.load()
+    for c in registry.all():
+        click.echo(f"{c.id:12} {', '.join(sorted(c.functions)):30} {c.description}")
+    for name, error in registry.failures.items():
+        click.echo(f"FAILED {name}: {error}", err=True)
+
+
+# -- users ------------------------------------------------------------------------
+
+
+@main.group()
+def users() -> None:
+    """Manage user accounts."""
+
+
+@users.command("create")
+@click.option("--username", required=True, help="E-mail address used to log in.")
+@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True, help="Prompted if omitted.")
+@click.option("--firstname", default="", help="First name.")
+@click.option("--lastname", default="", help="Last name.")
+@click.option("--tenant", default=None, help="Tenant id or name.")
+@click.option("--permission", "permissions", multiple=True, help="Permission to grant (repeatable).")
+@click.option("--role", "roles", multiple=True, help="Role id to assign (repeatable).")
+@click.option("--admin", is_flag=True, help="Grant 'all' (global administrator).")
+def users_create(
+    username: str, password: str, firstname: str, lastname: str, tenant: str | None,
+    permissions: tuple[str, ...], roles: tuple[str, ...], admin: bool,
+) -> None:
+    """Create a user. A tenant member without --permission gets the member defaults."""
+    granted = list(permissions)
+    if admin:
+        granted.append(perms.ALL)
+    elif tenant and not granted and not roles:
+        granted = list(perms.MEMBER_DEFAULT)
+
+    async def run(db: Database) -> User:
+        async with db.write() as session:
+            tenant_id = (await iam.tenant_by_ref(session, tenant)).id if tenant else None
+            return await iam.create_user(
+                session, username=username, password=password, firstname=firstname, lastname=lastname,
+                tenant_id=tenant_id, permissions=granted, role_ids=roles,
+            )
+
+    user = _with_db(_settings(), run)
+    click.echo(json.dumps({"id": user.id, "username": user.username, "tenant": user.tenant_id,
+                           "permissions": user.permissions}))
+
+
+@users.command("list")
+def users_list() -> None:
+    """List users."""
+
+    async def run(db: Database) -> list[User]:
+        async with db.read() as session:
+            return list((await session.scalars(sa.select(User).order_by(User.id))).all())
+
+    for user in _with_db(_settings(), run):
+        click.echo(f"{user.id}  {user.username:40} {user.status:9} tenant={user.tenant_id or '-'} "
+                   f"permissions={','.join(user.permissions) or '-'}")
+
+
+@users.command("disable")
+@click.argument("username")
+def users_disable(username: str) -> None:
+    """Disable a user and revoke its tokens."""
+
+    async def run(db: Database) -> None:
+        async with db.write() as session:
+            await iam.set_user_status(session, username, "DISABLED")
+
+    _with_db(_settings(), run)
+    click.echo(f"{username} disabled")
+
+
+# -- tenants, roles, tokens ------------------------------------------------------------
+
+
+@main.group()
+def tenants() -> None:
+    """Manage tenants."""
+
+
+@tenants.command("create")
+@click.argument("name")
+def tenants_create(name: str) -> None:
+    """Create a tenant; prints its id."""
+
+    async def run(db: Database) -> str:
+        async with db.write() as session:
+            return (await iam.create_tenant(session, name)).id
+
+    click.echo(_with_db(_settings(), run))
+
+
+@main.group()
+def roles() -> None:
+    """Manage roles."""
+
+
+@roles.command("create")
+@click.argument("name")
+@click.option("--permission", "permissions", multiple=True, required=True, help="Permission (repeatable).")
+@click.option("--tenant", default=None, help="Tenant id or name; omitted: a global role.")
+@click.option("--description", default=None, help="What the role is for.")
+def roles_create(name: str, permissions: tuple[str, ...], tenant: str | None, description: str | None) -> None:
+    """Create a role; prints its id."""
+
+    async def run(db: Database) -> str:
+        async with db.write() as session:
+            scope = (await iam.tenant_by_ref(session, tenant)).id if tenant else None
+            role = await iam.create_role(session, name=name, permissions=permissions, description=description,
+                                         scope=scope)
+            return role.id
+
+    click.echo(_with_db(_settings(), run))
+
+
+@main.group()
+def tokens() -> None:
+    """Manage API tokens."""
+
+
+@tokens.command("create")
+@click.option("--user", "username", required=True, help="Username the token acts as.")
+@click.option("--description", default=None, help="What the token is for.")
+@click.option("--expires-in-days", type=float, default=None, help="Lifetime; omitted: no expiry.")
+@click.option("--permission", "permissions", multiple=True, help="Narrow the token (repeatable).")
+def tokens_create(username: str, description: str | None, expires_in_days: float | None,
+                  permissions: tuple[str, ...]) -> None:
+    """Create an API token; prints it once."""
+
+    async def run(db: Database) -> dict[str, Any]:
+        async with db.write() as session:
+            user = await iam.user_by_username(session, username)
+            held = await iam.effective_permissions(session, user)
+            from flowyard.iam.principal import Principal
+
+            principal = Principal(user.id, user.username, user.tenant_id, held, "")
+            expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+            token, text = await iam.create_api_token(
+                session, principal, description=description, expires_at=expires,
+                permissions=list(permissions) or None,
+            )
+            return {"id": token.id, "token": text, "expiresAt": isoformat(expires) if expires else None}
+
+    click.echo(json.dumps(_with_db(_settings(), run)))
+
+
+# -- templates -----------------------------------------------------------------------
+
+
+@main.group()
+def templates() -> None:
+    """Manage flow templates."""
+
+
+@templates.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def templates_import(file: Path) -> None:
+    """Import templates from a JSON file (one object or an array)."""
+    from flowyard.templates import service as template_service
+
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise click.ClickException(f"{file} is not valid JSON: {exc}") from None
+    registry = Registry.load()
+
+    async def run(db: Database) -> list[str]:
+        async with db.write() as session:
+            return await template_service.import_templates(session, data, registry)
+
+    for template_id in _with_db(_settings(), run):
+        click.echo(template_id)
+
+
+if __name__ == "__main__":
+    main()

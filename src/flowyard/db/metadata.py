@@ -1,0 +1,10 @@
+"""The complete metadata: importing this registers every domain's tables."""
+
+from __future__ import annotations
+
+from flowyard.db.base import Base
+from flowyard.flows import models as _flows  # noqa: F401
+from flowyard.iam import models as _iam  # noqa: F401
+from flowyard.templates import models as _templates  # noqa: F401
+
+metadata = Base.metadata

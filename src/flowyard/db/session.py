@@ -1,0 +1,142 @@
+"""Engine and session setup for SQLite (embedded) and PostgreSQL (scale-out).
+
+Services take an ``AsyncSession`` and never commit; the caller owns the
+transaction through ``Database.read()`` or ``Database.write()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from flowyard.errors import Conflict, StorageUnavailable
+
+
+def _json_dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class Database:
+    """One per process: an engine, a session factory and the dialect's quirks."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+        self.url = sa.make_url(url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        kwargs: dict[str, Any] = {
+            "echo": echo,
+            "json_serializer": _json_dumps,
+            "json_deserializer": orjson.loads,
+        }
+        if self.is_sqlite:
+            # One connection per concurrent session; SQLite itself serialises writers.
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = 20
+            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        else:
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = 20
+            kwargs["pool_pre_ping"] = True
+            # Conditional updates ("UPDATE ... WHERE status = 'inactive'") rely on
+            # READ COMMITTED re-evaluating the WHERE clause against the newest row
+            # version after a concurrent writer commits.
+            kwargs["isolation_level"] = "READ COMMITTED"
+        self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+        self._writer = self.engine.execution_options(flowyard_immediate=True)
+        self._read_sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
+        self._write_sessions = async_sessionmaker(self._writer, expire_on_commit=False, autoflush=False)
+        # SQLite has one writer at a time anyway; queueing writers of this process
+        # here is cheaper and fairer than SQLite's sleep-and-retry busy handler.
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads; rolled back at the end."""
+        async with self._read_sessions() as session:
+            try:
+                yield session
+            except DBAPIError as exc:
+                raise _map_db_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A write transaction, committed when the block ends without error.
+
+        On SQLite it starts with BEGIN IMMEDIATE, so two transactions that read
+        first and write later cannot deadlock upgrading their locks.
+        """
+        lock = self._write_lock
+        if lock is not None:
+            await lock.acquire()
+        try:
+            async with self._write_sessions() as session:
+                try:
+                    async with session.begin():
+                        yield session
+                except DBAPIError as exc:
+                    raise _map_db_error(exc) from exc
+        finally:
+            if lock is not None:
+                lock.release()
+
+    async def ping(self) -> bool:
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take over BEGIN from the driver so write transactions can say IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        # WAL: readers never block the writer and the writer never blocks readers.
+        cur.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed trigger survives power loss before we acknowledge it.
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        # Another process (a second worker) may hold the write lock briefly.
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA cache_size=-65536")
+        cur.execute("PRAGMA temp_store=MEMORY")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get("flowyard_immediate"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def is_unique_violation(exc: BaseException) -> bool:
+    if isinstance(exc, IntegrityError):
+        text = str(exc.orig).lower()
+        return "unique" in text or "duplicate key" in text
+    return False
+
+
+def _map_db_error(exc: DBAPIError) -> Exception:
+    if isinstance(exc, IntegrityError):
+        if is_unique_violation(exc):
+            return Conflict("An object with these values already exists.")
+        return Conflict("The change conflicts with stored data.")
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return StorageUnavailable()
+    return exc

@@ -1,0 +1,82 @@
+"""JSONata expressions: compiled once per flow version, evaluated per message.
+
+The library is jsonata-python (a maintained port of the reference
+implementation); docs/engine.md has the comparison with jsonatapy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import jsonata
+
+
+class ExpressionError(Exception):
+    pass
+
+
+class Expression:
+    __slots__ = ("_compiled", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        try:
+            self._compiled = jsonata.Jsonata(text)
+        except Exception as exc:  # the library raises its own JException and sometimes others
+            raise ExpressionError(f"invalid JSONata {text!r}: {exc}") from None
+
+    def evaluate(self, data: Any) -> Any:
+        try:
+            return self._compiled.evaluate(data)
+        except RecursionError:
+            raise ExpressionError(f"JSONata {self.text!r} recursed too deeply") from None
+        except Exception as exc:
+            raise ExpressionError(f"JSONata {self.text!r} failed: {exc}") from None
+
+
+_cache: OrderedDict[str, Expression] = OrderedDict()
+_lock = threading.Lock()
+_CACHE_SIZE = 4096
+
+
+def compile_expression(text: str) -> Expression:
+    """Compile (and cache) an expression; raises ExpressionError if it does not parse."""
+    with _lock:
+        found = _cache.get(text)
+        if found is not None:
+            _cache.move_to_end(text)
+            return found
+    expr = Expression(text)
+    with _lock:
+        _cache[text] = expr
+        if len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return expr
+
+
+def compile_mapper(mapper: Any, path: str = "mapper") -> Any:
+    """A mapper object whose leaves are JSONata strings, compiled leaf by leaf."""
+    if isinstance(mapper, str):
+        return compile_expression(mapper)
+    if isinstance(mapper, dict):
+        return {k: compile_mapper(v, f"{path}.{k}") for k, v in mapper.items()}
+    if isinstance(mapper, list):
+        return [compile_mapper(v, f"{path}[{i}]") for i, v in enumerate(mapper)]
+    return mapper  # numbers, booleans and null are constants
+
+
+def apply_mapper(compiled: Any, data: Any) -> Any:
+    if isinstance(compiled, Expression):
+        return compiled.evaluate(data)
+    if isinstance(compiled, dict):
+        out = {}
+        for key, value in compiled.items():
+            result = apply_mapper(value, data)
+            if result is not None:  # JSONata "undefined" drops the key, as in the reference
+                out[key] = result
+        return out
+    if isinstance(compiled, list):
+        return [apply_mapper(v, data) for v in compiled]
+    return compiled

@@ -1,0 +1,88 @@
+"""Domain errors. Services raise these; only the API layer knows HTTP.
+
+Each class's ``status`` is the HTTP status the API maps it to, and its
+docstring the default message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    message: str
+    field: str | None = None
+
+
+class FlowyardError(Exception):
+    """Unexpected error."""
+
+    status = 500
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.field = field
+        super().__init__(self.message)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [Problem(self.message, self.field)]
+
+
+class InvalidInput(FlowyardError):
+    """Invalid input."""
+
+    status = 400
+
+    def __init__(self, problems: list[Problem] | str, *, field: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(problems, field)]
+        self._problems = problems
+        super().__init__("; ".join(p.message for p in problems) or None)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self._problems
+
+
+class Unauthorized(FlowyardError):
+    """Missing, invalid or expired token."""
+
+    status = 401
+
+
+class Forbidden(FlowyardError):
+    """You lack the permission this operation needs."""
+
+    status = 403
+
+
+class NotFound(FlowyardError):
+    """Not found."""
+
+    status = 404
+
+
+class Conflict(FlowyardError):
+    """The request conflicts with the current state."""
+
+    status = 409
+
+
+class PayloadTooLarge(FlowyardError):
+    """Request body too large."""
+
+    status = 413
+
+
+class UnsupportedMediaType(FlowyardError):
+    """Content-Type must be application/json."""
+
+    status = 415
+
+
+class StorageUnavailable(FlowyardError):
+    """Storage is unavailable; try again."""
+
+    status = 503

@@ -1,0 +1,64 @@
+"""Flow tables. ``flow_owners`` mirrors ``flows.owners`` so visibility is an
+indexed join rather than a scan of JSON."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from flowyard.db.base import Base, Id, Json, Timestamped, UTCDateTime
+from flowyard.ids import new_id
+
+FLOW_STATUSES = ("inactive", "starting", "active", "stopping")
+
+
+class Flow(Timestamped, Base):
+    __tablename__ = "flows"
+
+    id: Mapped[str] = mapped_column(Id, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(sa.String(200), nullable=False)
+    description: Mapped[str | None] = mapped_column(sa.Text)
+    # Lower-cased copies for case-insensitive search that also folds non-ASCII
+    # letters (SQLite's lower() only folds ASCII).
+    name_lc: Mapped[str] = mapped_column(sa.String(200), nullable=False)
+    description_lc: Mapped[str | None] = mapped_column(sa.Text)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    type: Mapped[str] = mapped_column(sa.String(16), nullable=False)
+    cron: Mapped[str | None] = mapped_column(sa.String(200))
+    graph: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False)
+    owners: Mapped[list[dict[str, str]]] = mapped_column(Json, nullable=False, default=list)
+    status: Mapped[str] = mapped_column(sa.String(16), nullable=False, default="inactive")
+    status_message: Mapped[str | None] = mapped_column(sa.Text)
+    status_changed_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    # Bumped on every content change: PATCH uses it for compare-and-set.
+    version: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=1)
+    next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_execution_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    from_template: Mapped[str | None] = mapped_column(Id)
+    # Optional HMAC-SHA256 secret for webhook signatures; never returned.
+    webhook_secret: Mapped[str | None] = mapped_column(sa.String(200))
+    created_by: Mapped[str | None] = mapped_column(Id)
+
+    __table_args__ = (
+        sa.Index("ix_flows_status_id", "status", "id"),
+        sa.Index("ix_flows_updated_at_id", "updated_at", "id"),
+        sa.Index("ix_flows_created_at_id", "created_at", "id"),
+        sa.Index("ix_flows_name_id", "name", "id"),
+        # The scheduler's query: active cron flows by due time.
+        sa.Index("ix_flows_next_run_at", "next_run_at"),
+        # The reconciler's query: flows in transit.
+        sa.Index("ix_flows_status_changed", "status", "status_changed_at"),
+    )
+
+
+class FlowOwner(Base):
+    __tablename__ = "flow_owners"
+
+    flow_id: Mapped[str] = mapped_column(Id, sa.ForeignKey("flows.id", ondelete="CASCADE"), primary_key=True)
+    owner_type: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+
+    __table_args__ = (sa.Index("ix_flow_owners_owner", "owner_type", "owner_id", "flow_id"),)

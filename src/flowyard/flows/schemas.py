@@ -1,0 +1,100 @@
+"""Flow schemas. Bodies are validated by ``flows.validation`` (to report every
+problem at once); these models describe the same shapes for OpenAPI."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flowyard.clock import Timestamp
+
+
+class EdgeConfig(BaseModel):
+    condition: str | None = Field(None, description="JSONata; the message passes when it is truthy.")
+    mapper: dict[str, Any] | None = Field(
+        None, description="Object whose leaves are JSONata expressions; the target receives the mapped object."
+    )
+
+
+class Node(BaseModel):
+    id: str = Field(max_length=64)
+    componentId: str | None = Field(None, description="An installed component (GET /components).")
+    credentials_id: str | None = Field(None, description="Id of a stored secret handed to the component.")
+    function: str | None = Field(None, description="Function of the component; default: its default function.")
+    name: str | None = None
+    description: str | None = None
+    fields: dict[str, Any] | None = Field(None, description="Arguments of the component.")
+
+
+class Edge(BaseModel):
+    id: str | None = None
+    source: str
+    target: str
+    config: EdgeConfig | None = None
+
+
+class FlowGraph(BaseModel):
+    nodes: list[Node] = Field(description="Flat array; one inner array of nodes is accepted on input.")
+    edges: list[Edge] = Field(default_factory=list)
+
+
+class Owner(BaseModel):
+    id: str
+    type: Literal["user", "tenant"]
+
+
+FlowType = Literal["ordinary", "realtime"]
+FlowStatus = Literal["active", "inactive", "starting", "stopping"]
+
+
+class MutableFlow(BaseModel):
+    """Writable fields of a flow. On PATCH every field is optional; ``null`` clears an optional one."""
+
+    model_config = ConfigDict(title="MutableFlow")
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=5000)
+    tenant: str | None = Field(None, max_length=64)
+    graph: FlowGraph
+    type: Literal["ordinary", "realtime", "long_running"] = Field(
+        description="long_running is accepted as a synonym of realtime and stored as realtime."
+    )
+    cron: str | None = Field(
+        None, description="UTC cron: 5 fields, 6 with seconds first, or @hourly-style macros. Unset: webhook-driven."
+    )
+    owners: list[Owner] | None = None
+    webhookSecret: str | None = Field(
+        None, min_length=16, max_length=200,
+        description="Write-only. When set, webhooks must carry X-Flowyard-Signature: sha256=<hex HMAC of the body>.",
+    )
+
+
+class Flow(BaseModel):
+    id: str
+    name: str
+    description: str | None = None
+    tenant: str | None = None
+    graph: FlowGraph
+    type: FlowType
+    cron: str | None = None
+    owners: list[Owner]
+    status: FlowStatus
+    statusMessage: str | None = None
+    nextRunAt: Timestamp | None = None
+    lastExecutionAt: Timestamp | None = None
+    fromTemplate: str | None = None
+    webhookSigned: bool = False
+    createdAt: Timestamp
+    updatedAt: Timestamp
+
+
+class FlowStatusChange(BaseModel):
+    id: str
+    status: FlowStatus
+
+
+class FlowCreateResult(BaseModel):
+    """One entry of a bulk create: a flow, or the errors of that item."""
+
+    model_config = ConfigDict(extra="allow")

@@ -1,0 +1,287 @@
+"""Flows: create, list, read, update, delete, start and stop. No HTTP here.
+
+Every state-dependent write is a conditional UPDATE/DELETE on ``status`` (and,
+for PATCH, on ``version``), so concurrent requests can never produce a state
+the seed's table does not allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.api.listing import ListQuery, like_pattern, order_by
+from flowyard.clock import isoformat, utcnow
+from flowyard.engine.components import Registry
+from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
+from flowyard.flows.models import Flow, FlowOwner
+from flowyard.flows.validation import validate_flow_body
+from flowyard.iam import permissions as perms
+from flowyard.iam.principal import Principal
+from flowyard.ids import is_valid_id, new_id
+
+FLOW_FILTERS = frozenset({"status", "type", "user"})
+FLOW_SORTS = frozenset({"createdAt", "updatedAt", "name"})
+_STATUS_FILTER = {"active": "active", "inactive": "inactive", "starting": "starting", "stopping": "stopping",
+                  "1": "active", "0": "inactive"}
+_TYPE_FILTER = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
+
+
+def check_id(flow_id: str) -> None:
+    if not is_valid_id(flow_id):
+        raise InvalidInput(f"Invalid flow id {flow_id[:64]!r}: expected 24 hex characters.", field="id")
+
+
+def not_found(flow_id: str) -> NotFound:
+    return NotFound(f"Flow {flow_id} not found.")
+
+
+def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
+    """Flows whose owners include the caller or its tenant; everything for admins."""
+    if principal.is_admin:
+        return sa.true()
+    conds = [sa.and_(FlowOwner.owner_type == t, FlowOwner.owner_id == i) for t, i in principal.owner_keys()]
+    return Flow.id.in_(sa.select(FlowOwner.flow_id).where(sa.or_(*conds)))
+
+
+def is_visible(principal: Principal, flow: Flow) -> bool:
+    if principal.is_admin:
+        return True
+    keys = set(principal.owner_keys())
+    return any((o.get("type"), o.get("id")) in keys for o in flow.owners)
+
+
+def to_dict(flow: Flow) -> dict[str, Any]:
+    return {
+        "id": flow.id,
+        "name": flow.name,
+        "description": flow.description,
+        "tenant": flow.tenant,
+        "graph": flow.graph,
+        "type": flow.type,
+        "cron": flow.cron,
+        "owners": flow.owners,
+        "status": flow.status,
+        "statusMessage": flow.status_message,
+        "nextRunAt": isoformat(flow.next_run_at) if flow.next_run_at else None,
+        "lastExecutionAt": isoformat(flow.last_execution_at) if flow.last_execution_at else None,
+        "fromTemplate": flow.from_template,
+        "webhookSigned": flow.webhook_secret is not None,
+        "createdAt": isoformat(flow.created_at),
+        "updatedAt": isoformat(flow.updated_at),
+    }
+
+
+async def get_flow(session: AsyncSession, principal: Principal, flow_id: str, *, for_update: bool = False) -> Flow:
+    check_id(flow_id)
+    query = sa.select(Flow).where(Flow.id == flow_id)
+    if for_update:
+        query = query.with_for_update()
+    flow = await session.scalar(query)
+    if flow is None or not is_visible(principal, flow):
+        raise not_found(flow_id)
+    return flow
+
+
+async def list_flows(session: AsyncSession, principal: Principal, lq: ListQuery) -> tuple[Sequence[Flow], int]:
+    where: list[sa.ColumnElement[bool]] = [visible_clause(principal)]
+    problems = []
+    f = lq.filters
+    if "status" in f:
+        if f["status"] not in _STATUS_FILTER:
+            problems.append(Problem("filter[status] must be active, inactive, starting, stopping, 1 or 0.",
+                                    "filter[status]"))
+        else:
+            where.append(Flow.status == _STATUS_FILTER[f["status"]])
+    if "type" in f:
+        if f["type"] not in _TYPE_FILTER:
+            problems.append(Problem("filter[type] must be ordinary, realtime or long_running.", "filter[type]"))
+        else:
+            where.append(Flow.type == _TYPE_FILTER[f["type"]])
+    if "user" in f:
+        user = f["user"]
+        if not user or len(user) > 64:
+            problems.append(Problem("filter[user] must be a user id.", "filter[user]"))
+        else:
+            where.append(
+                Flow.id.in_(
+                    sa.select(FlowOwner.flow_id).where(FlowOwner.owner_type == "user", FlowOwner.owner_id == user)
+                )
+            )
+    if problems:
+        raise InvalidInput(problems)
+    if lq.search:
+        pattern = like_pattern(lq.search.lower())
+        where.append(
+            sa.or_(Flow.name_lc.like(pattern, escape="\\"), Flow.description_lc.like(pattern, escape="\\"))
+        )
+    total = await session.scalar(sa.select(sa.func.count()).select_from(Flow).where(*where)) or 0
+    if total == 0 or lq.offset >= total:
+        return [], total
+    sort_cols: dict[str, sa.ColumnElement[Any]] = {
+        "createdAt": Flow.created_at, "updatedAt": Flow.updated_at, "name": Flow.name
+    }
+    query = (
+        sa.select(Flow).where(*where).order_by(*order_by(lq.sort, sort_cols, Flow.id)).limit(lq.size)
+        .offset(lq.offset)
+    )
+    return (await session.scalars(query)).all(), total
+
+
+def _owners_for(principal: Principal | None, owners: list[dict[str, str]], tenant: str | None,
+                *, add_caller: bool) -> list[dict[str, str]]:
+    out = list(owners)
+    extra = []
+    if add_caller and principal is not None:
+        extra.append({"id": principal.user_id, "type": "user"})
+        if principal.tenant_id:
+            extra.append({"id": principal.tenant_id, "type": "tenant"})
+    if tenant:
+        extra.append({"id": tenant, "type": "tenant"})
+    for owner in extra:
+        if owner not in out:
+            out.append(owner)
+    return out
+
+
+def _check_tenant(principal: Principal, tenant: str | None) -> None:
+    if tenant is not None and not principal.is_admin and tenant != principal.tenant_id:
+        raise Forbidden("You can only assign flows to your own tenant.")
+
+
+def _apply(flow: Flow, clean: dict[str, Any]) -> None:
+    flow.name = clean["name"]
+    flow.name_lc = clean["name"].lower()
+    flow.description = clean["description"]
+    flow.description_lc = clean["description"].lower() if clean["description"] else None
+    flow.tenant = clean["tenant"]
+    flow.type = clean["type"]
+    flow.cron = clean["cron"]
+    flow.graph = clean["graph"]
+    flow.owners = clean["owners"]
+    if "webhookSecret" in clean:
+        flow.webhook_secret = clean["webhookSecret"]
+
+
+async def _write_owners(session: AsyncSession, flow_id: str, owners: list[dict[str, str]], *, replace: bool) -> None:
+    if replace:
+        await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow_id))
+    if owners:
+        await session.execute(
+            sa.insert(FlowOwner),
+            [{"flow_id": flow_id, "owner_type": o["type"], "owner_id": o["id"]} for o in owners],
+        )
+
+
+def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flow:
+    """Validate a create body and build the (unsaved) flow; InvalidInput lists every problem."""
+    principal.require(perms.FLOWS_CREATE)
+    clean, problems = validate_flow_body(body, registry=registry)
+    if problems:
+        raise InvalidInput(problems)
+    if clean["tenant"] is None:
+        clean["tenant"] = principal.tenant_id
+    _check_tenant(principal, clean["tenant"])
+    clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=True)
+    now = utcnow()
+    flow = Flow(id=new_id(), status="inactive", status_changed_at=now, version=1, created_at=now,
+                updated_at=now, created_by=principal.user_id)
+    _apply(flow, clean)
+    return flow
+
+
+async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
+    session.add_all(flows)
+    await session.flush()
+    for flow in flows:
+        await _write_owners(session, flow.id, flow.owners, replace=False)
+
+
+def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
+    if not isinstance(patch, dict):
+        raise InvalidInput("The body must be a JSON object.")
+    current: dict[str, Any] = {
+        "name": flow.name,
+        "description": flow.description,
+        "tenant": flow.tenant,
+        "graph": flow.graph,
+        "type": flow.type,
+        "cron": flow.cron,
+        "owners": flow.owners,
+    }
+    merged = {**current, **patch}
+    return {k: v for k, v in merged.items() if v is not None or k in ("name", "graph", "type")}
+
+
+async def update_flow(
+    session: AsyncSession, principal: Principal, flow_id: str, patch: Any, registry: Registry
+) -> Flow:
+    principal.require(perms.FLOWS_UPDATE)
+    flow = await get_flow(session, principal, flow_id, for_update=True)
+    if flow.status != "inactive":
+        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    merged = _merge_patch(flow, patch)
+    clean, problems = validate_flow_body(merged, registry=registry, current_status=flow.status)
+    if problems:
+        raise InvalidInput(problems)
+    if isinstance(patch, dict) and "webhookSecret" not in patch:
+        clean.pop("webhookSecret", None)
+    if clean["tenant"] != flow.tenant:
+        _check_tenant(principal, clean["tenant"])
+    clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
+    values: dict[str, Any] = {
+        "name": clean["name"], "name_lc": clean["name"].lower(), "description": clean["description"],
+        "description_lc": clean["description"].lower() if clean["description"] else None,
+        "tenant": clean["tenant"], "type": clean["type"], "cron": clean["cron"], "graph": clean["graph"],
+        "owners": clean["owners"], "version": flow.version + 1, "updated_at": utcnow(),
+    }
+    if "webhookSecret" in clean:
+        values["webhook_secret"] = clean["webhookSecret"]
+    result = await session.execute(
+        sa.update(Flow)
+        .where(Flow.id == flow.id, Flow.status == "inactive", Flow.version == flow.version)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict("The flow was changed by another request; read it again and retry.")
+    await _write_owners(session, flow.id, clean["owners"], replace=True)
+    await session.refresh(flow)
+    return flow
+
+
+async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str) -> None:
+    principal.require(perms.FLOWS_DELETE)
+    flow = await get_flow(session, principal, flow_id, for_update=True)
+    result = await session.execute(
+        sa.delete(Flow).where(Flow.id == flow.id, Flow.status == "inactive").execution_options(
+            synchronize_session=False
+        )
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow.id))
+
+
+async def transition(
+    session: AsyncSession, principal: Principal, flow_id: str, *, expected: str, target: str
+) -> None:
+    """start (inactive→starting) and stop (active→stopping), as one conditional UPDATE."""
+    principal.require(perms.FLOWS_UPDATE)
+    check_id(flow_id)
+    flow = await get_flow(session, principal, flow_id)
+    now = utcnow()
+    result = await session.execute(
+        sa.update(Flow)
+        .where(Flow.id == flow.id, Flow.status == expected)
+        .values(status=target, status_changed_at=now, status_message=None)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        current = await session.scalar(sa.select(Flow.status).where(Flow.id == flow.id))
+        if current is None:
+            raise not_found(flow_id)
+        raise Conflict(f"Flow is not {expected}. Current status: {current}")

@@ -1,0 +1,328 @@
+"""HTTP for login, tokens, users, tenants and roles."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+
+from flowyard.api.deps import DB, AppSettings, Caller, json_body_doc, parse_body
+from flowyard.api.docs import errors
+from flowyard.api.listing import PageNumber, PageSize, parse_list_query
+from flowyard.api.responses import JSONOut, Page, Single, page, single
+from flowyard.clock import isoformat
+from flowyard.iam import permissions as perms
+from flowyard.iam import service
+from flowyard.iam.schemas import (
+    AccessToken,
+    Introspect,
+    IntrospectOut,
+    Login,
+    RoleCreate,
+    RoleOut,
+    RoleUpdate,
+    TenantCreate,
+    TenantOut,
+    TokenCreate,
+    TokenCreated,
+    TokenOut,
+    UserCreate,
+    UserOut,
+    UserUpdate,
+    role_dict,
+    token_dict,
+    user_dict,
+)
+
+router = APIRouter()
+ObjectId = Annotated[str, Path(description="24 hex characters.")]
+
+
+def _tenant_dict(t: Any) -> dict[str, Any]:
+    return {"id": t.id, "name": t.name, "createdAt": isoformat(t.created_at), "updatedAt": isoformat(t.updated_at)}
+
+
+# -- login and tokens -----------------------------------------------------------
+
+
+@router.post(
+    "/login",
+    tags=["auth"],
+    response_model=AccessToken,
+    responses=errors(400, 401, 415),
+    openapi_extra=json_body_doc("Login"),
+    summary="Log in; returns a session token",
+)
+async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
+    body = await parse_body(request, Login)
+    async with db.write() as session:
+        token, text = await service.login(
+            session, body.username, body.password, session_ttl=settings.session_ttl_seconds
+        )
+    return JSONOut({"token": text, "id": token.id})
+
+
+@router.post("/logout", tags=["auth"], response_model=dict[str, Any], responses=errors(401),
+             summary="Revoke the caller's token")
+async def logout(db: DB, caller: Caller) -> JSONOut:
+    async with db.write() as session:
+        await service.logout(session, caller)
+    return JSONOut({})
+
+
+@router.post(
+    "/tokens",
+    tags=["auth"],
+    status_code=201,
+    response_model=Single[TokenCreated],
+    responses=errors(400, 401, 403, 404, 415),
+    openapi_extra=json_body_doc("TokenCreate"),
+    summary="Create an API token (the text is shown once)",
+)
+async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.TOKEN_CREATE)
+    body = await parse_body(request, TokenCreate)
+    async with db.write() as session:
+        token, text = await service.create_api_token(
+            session, caller, description=body.description, expires_at=body.expiresAt,
+            permissions=body.permissions, user_id=body.user,
+        )
+    return single({**token_dict(token), "token": text}, 201)
+
+
+@router.get("/tokens", tags=["auth"], response_model=Single[list[TokenOut]], responses=errors(401),
+            summary="List the caller's tokens (without their text)")
+async def list_tokens(db: DB, caller: Caller) -> JSONOut:
+    async with db.read() as session:
+        tokens = await service.list_tokens(session, caller)
+    return single([token_dict(t) for t in tokens])
+
+
+@router.delete("/tokens/{id}", tags=["auth"], response_model=dict[str, Any], responses=errors(401, 403, 404),
+               summary="Revoke a token")
+async def delete_token(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.TOKEN_DELETE)
+    async with db.write() as session:
+        await service.delete_token(session, caller, id)
+    return JSONOut({})
+
+
+@router.post(
+    "/tokens/introspect",
+    tags=["auth"],
+    response_model=Single[IntrospectOut],
+    responses=errors(400, 401, 403, 415),
+    openapi_extra=json_body_doc("Introspect"),
+    summary="Who owns a token and what it may do",
+)
+async def introspect(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.TOKEN_INTROSPECT)
+    body = await parse_body(request, Introspect)
+    async with db.read() as session:
+        found = await service.introspect(session, body.token)
+        if found is None:
+            return single({"active": False, "permissions": []})
+        token, user, granted = found
+        roles = (await service.roles_of(session, [user.id]))[user.id]
+    return single({
+        "active": user.status != "DISABLED",
+        "tokenId": token.id,
+        "user": user_dict(user, roles),
+        "permissions": sorted(granted),
+        "expiresAt": token_dict(token)["expiresAt"],
+    })
+
+
+# -- users ---------------------------------------------------------------------
+
+
+async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, username: str | None) -> JSONOut:
+    lq = parse_list_query(request, paged=meta)
+    async with db.read() as session:
+        users, total = await service.list_users(
+            session, caller, username=username, limit=lq.size if meta else None, offset=lq.offset if meta else 0
+        )
+        roles = await service.roles_of(session, [u.id for u in users])
+    data = [user_dict(u, roles[u.id]) for u in users]
+    if meta:
+        return page(data, page=lq.page, per_page=lq.size, total=total)
+    return JSONOut(data)
+
+
+_USERS_DOC: dict[str, Any] = {
+    "tags": ["users"],
+    "response_model": list[UserOut] | Page[UserOut],
+    "responses": errors(400, 401),
+    "summary": "List users (a bare array; with meta=true, wrapped in data/meta)",
+}
+MetaFlag = Annotated[bool, Query(description="Wrap the list in data/meta and page it.")]
+UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
+
+
+@router.get("/api/users", **_USERS_DOC)
+async def list_users(
+    request: Request, db: DB, caller: Caller, meta: MetaFlag = False, username: UsernameFilter = None,
+    _size: PageSize = None, _number: PageNumber = None,
+) -> JSONOut:
+    return await _list_users(request, db, caller, meta, username)
+
+
+@router.get("/users", **_USERS_DOC, include_in_schema=False)
+@router.get("/users/", **_USERS_DOC, include_in_schema=False)
+async def list_users_alias(
+    request: Request, db: DB, caller: Caller, meta: MetaFlag = False, username: UsernameFilter = None
+) -> JSONOut:
+    return await _list_users(request, db, caller, meta, username)
+
+
+async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
+    async with db.read() as session:
+        user = await service.get_user(session, caller, id)
+        roles = (await service.roles_of(session, [user.id]))[user.id]
+    return JSONOut(user_dict(user, roles))
+
+
+@router.get("/api/users/{id}", tags=["users"], response_model=UserOut, responses=errors(401, 404),
+            summary="Read a user")
+async def get_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    return await _get_user(db, caller, id)
+
+
+@router.get("/users/{id}", tags=["users"], response_model=UserOut, include_in_schema=False)
+async def get_user_alias(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    return await _get_user(db, caller, id)
+
+
+@router.post(
+    "/api/users",
+    tags=["users"],
+    status_code=201,
+    response_model=UserOut,
+    responses=errors(400, 401, 403, 409, 415),
+    openapi_extra=json_body_doc("UserCreate"),
+    summary="Create a user (iam.account.create)",
+)
+async def create_user(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.ACCOUNT_CREATE)
+    body = await parse_body(request, UserCreate)
+    async with db.write() as session:
+        user = await service.create_user(
+            session, username=body.username, password=body.password, firstname=body.firstname,
+            lastname=body.lastname, tenant_id=body.tenant if body.tenant is not None else caller.tenant_id,
+            permissions=body.permissions, role_ids=body.roles, status=body.status, img=body.img, principal=caller,
+        )
+        roles = (await service.roles_of(session, [user.id]))[user.id]
+    return JSONOut(user_dict(user, roles), status_code=201)
+
+
+@router.patch(
+    "/api/users/{id}",
+    tags=["users"],
+    response_model=UserOut,
+    responses=errors(400, 401, 403, 404, 415),
+    openapi_extra=json_body_doc("UserUpdate"),
+    summary="Update a user (iam.account.update; anyone may change their own name, password and image)",
+)
+async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+    body = await parse_body(request, UserUpdate)
+    async with db.write() as session:
+        user = await service.update_user(session, caller, id, body.model_dump(exclude_unset=True))
+        roles = (await service.roles_of(session, [user.id]))[user.id]
+    return JSONOut(user_dict(user, roles))
+
+
+@router.delete("/api/users/{id}", tags=["users"], response_model=dict[str, Any],
+               responses=errors(401, 403, 404, 409), summary="Delete a user (iam.account.delete)")
+async def delete_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.ACCOUNT_DELETE)
+    async with db.write() as session:
+        await service.delete_user(session, caller, id)
+    return JSONOut({})
+
+
+# -- tenants and roles -----------------------------------------------------------
+
+
+@router.post(
+    "/tenants",
+    tags=["tenants"],
+    status_code=201,
+    response_model=Single[TenantOut],
+    responses=errors(400, 401, 403, 409, 415),
+    openapi_extra=json_body_doc("TenantCreate"),
+    summary="Create a tenant (iam.tenant.create)",
+)
+async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.TENANT_CREATE)
+    body = await parse_body(request, TenantCreate)
+    async with db.write() as session:
+        tenant = await service.create_tenant(session, body.name, caller)
+    return single(_tenant_dict(tenant), 201)
+
+
+@router.get("/tenants", tags=["tenants"], response_model=Single[list[TenantOut]], responses=errors(401),
+            summary="List tenants (all with iam.tenant.read, else the caller's own)")
+async def list_tenants(db: DB, caller: Caller) -> JSONOut:
+    async with db.read() as session:
+        tenants = await service.list_tenants(session, caller)
+    return single([_tenant_dict(t) for t in tenants])
+
+
+@router.get("/roles", tags=["roles"], response_model=Single[list[RoleOut]], responses=errors(401, 403),
+            summary="List roles (tenant.roles.read)")
+async def list_roles(db: DB, caller: Caller) -> JSONOut:
+    async with db.read() as session:
+        roles = await service.list_roles(session, caller)
+    return single([role_dict(r) for r in roles])
+
+
+@router.post(
+    "/roles",
+    tags=["roles"],
+    status_code=201,
+    response_model=Single[RoleOut],
+    responses=errors(400, 401, 403, 409, 415),
+    openapi_extra=json_body_doc("RoleCreate"),
+    summary="Create a role (tenant.roles.create in the caller's tenant; all for global roles)",
+)
+async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.ROLES_CREATE)
+    body = await parse_body(request, RoleCreate)
+    async with db.write() as session:
+        role = await service.create_role(
+            session, name=body.name, permissions=body.permissions, description=body.description,
+            scope=body.scope, principal=caller,
+        )
+    return single(role_dict(role), 201)
+
+
+@router.get("/roles/{id}", tags=["roles"], response_model=Single[RoleOut], responses=errors(401, 403, 404),
+            summary="Read a role")
+async def get_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    async with db.read() as session:
+        role = await service.get_role(session, caller, id)
+    return single(role_dict(role))
+
+
+@router.patch(
+    "/roles/{id}",
+    tags=["roles"],
+    response_model=Single[RoleOut],
+    responses=errors(400, 401, 403, 404, 415),
+    openapi_extra=json_body_doc("RoleUpdate"),
+    summary="Update a role (tenant.roles.update)",
+)
+async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+    body = await parse_body(request, RoleUpdate)
+    async with db.write() as session:
+        role = await service.update_role(session, caller, id, body.model_dump(exclude_unset=True))
+    return single(role_dict(role))
+
+
+@router.delete("/roles/{id}", tags=["roles"], response_model=dict[str, Any], responses=errors(401, 403, 404),
+               summary="Delete a role (tenant.roles.delete)")
+async def delete_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+    async with db.write() as session:
+        await service.delete_role(session, caller, id)
+    return JSONOut({})
+

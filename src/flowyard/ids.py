@@ -1,0 +1,21 @@
+"""Object ids: 24 lowercase hex characters, MongoDB ObjectId compatible.
+
+4 bytes of creation time (seconds) then 8 random bytes, so ids sort by creation
+time and cannot be guessed (the webhook address relies on that).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+_ID_RE = re.compile(r"^[0-9a-f]{24}$")
+
+
+def new_id() -> str:
+    return int(time.time()).to_bytes(4, "big").hex() + os.urandom(8).hex()
+
+
+def is_valid_id(value: str) -> bool:
+    return bool(_ID_RE.match(value))

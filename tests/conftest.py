@@ -1,0 +1,217 @@
+"""Shared fixtures: a real SQLite file and the real PostgreSQL, migrated once per
+session and emptied between tests; the app over real HTTP (ASGI) with httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI
+
+from flowyard.app import create_app
+from flowyard.config import Settings
+from flowyard.db import migrate
+from flowyard.db.metadata import metadata
+from flowyard.db.session import Database
+from flowyard.engine.components import Registry
+from flowyard.iam import service as iam
+from flowyard.iam.principal import Principal
+
+PG_ADMIN_DSN = os.environ.get("FLOWYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+async def _pg_available() -> str | None:
+    try:
+        conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    await conn.close()
+    return None
+
+
+def _create_pg_database() -> str:
+    """A fresh database for this test session; returns its SQLAlchemy URL."""
+    name = f"flowyard_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+    async def run() -> None:
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    return f"{base}/{name}"
+
+
+def _drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+
+    async def run() -> None:
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("db") / "flowyard.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    reason = asyncio.run(_pg_available())
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL at {PG_ADMIN_DSN} is required in CI: {reason}")
+        pytest.skip(f"PostgreSQL at {PG_ADMIN_DSN} not reachable ({reason}); set FLOWYARD_TEST_PG")
+    url = _create_pg_database()
+    migrate.upgrade(url)
+    yield url
+    _drop_pg_database(url)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    return Registry.load()
+
+
+_DATABASES: dict[str, Database] = {}
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    await _truncate(database)
+    try:
+        yield database
+    finally:
+        await database.dispose()
+
+
+async def _truncate(database: Database) -> None:
+    tables = list(reversed(metadata.sorted_tables))
+    async with database.write() as session:
+        if database.is_sqlite:
+            for table in tables:
+                await session.execute(table.delete())
+        else:
+            names = ", ".join(f'"{t.name}"' for t in tables)
+            await session.execute(sa.text(f"TRUNCATE {names} CASCADE"))
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return Settings(data_dir=tmp_path, database_url=db_url, session_ttl_seconds=3600)
+
+
+@pytest.fixture
+def app(settings: Settings, db: Database, registry: Registry) -> FastAPI:
+    return create_app(settings, db=db, registry=registry, run_engine=False)
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://flowyard.test") as c:
+        yield c
+
+
+@dataclass
+class Account:
+    id: str
+    username: str
+    token: str
+    tenant: str | None
+    password: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+class Factory:
+    """Creates tenants and users with tokens straight through the services."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.count = 0
+
+    async def tenant(self, name: str | None = None) -> str:
+        self.count += 1
+        async with self.db.write() as session:
+            return (await iam.create_tenant(session, name or f"tenant-{self.count}")).id
+
+    async def user(
+        self, *, tenant: str | None = None, permissions: list[str] | tuple[str, ...] | None = None,
+        username: str | None = None, password: str = "correct horse battery",
+    ) -> Account:
+        from flowyard.iam import permissions as perms
+
+        self.count += 1
+        granted = list(perms.MEMBER_DEFAULT if permissions is None else permissions)
+        async with self.db.write() as session:
+            user = await iam.create_user(
+                session, username=username or f"user{self.count}@example.com", password=password,
+                firstname="Test", lastname=f"User{self.count}", tenant_id=tenant, permissions=granted,
+            )
+            held = await iam.effective_permissions(session, user)
+            principal = Principal(user.id, user.username, user.tenant_id, held, "")
+            _token, text = await iam.create_api_token(
+                session, principal, description="test", expires_at=None, permissions=None
+            )
+        return Account(user.id, user.username, text, tenant, password)
+
+    async def admin(self) -> Account:
+        return await self.user(permissions=["all"])
+
+
+@pytest.fixture
+def factory(db: Database) -> Factory:
+    return Factory(db)
+
+
+@pytest.fixture
+async def admin(factory: Factory) -> Account:
+    return await factory.admin()
+
+
+def flow_body(name: str = "My flow", **extra: Any) -> dict[str, Any]:
+    """A valid two-node webhook flow."""
+    body: dict[str, Any] = {
+        "name": name,
+        "description": "forwards orders",
+        "type": "ordinary",
+        "graph": {
+            "nodes": [
+                {"id": "in", "componentId": "webhook", "function": "receive"},
+                {"id": "out", "componentId": "log", "fields": {"level": "info"}},
+            ],
+            "edges": [{"source": "in", "target": "out"}],
+        },
+    }
+    body.update(extra)
+    return body
