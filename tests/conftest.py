@@ -166,8 +166,12 @@ class Factory:
             return (await iam.create_tenant(session, name or f"tenant-{self.count}")).id
 
     async def user(
-        self, *, tenant: str | None = None, permissions: list[str] | tuple[str, ...] | None = None,
-        username: str | None = None, password: str = "correct horse battery",
+        self,
+        *,
+        tenant: str | None = None,
+        permissions: list[str] | tuple[str, ...] | None = None,
+        username: str | None = None,
+        password: str = "correct horse battery",
     ) -> Account:
         from flowyard.iam import permissions as perms
 
@@ -175,8 +179,13 @@ class Factory:
         granted = list(perms.MEMBER_DEFAULT if permissions is None else permissions)
         async with self.db.write() as session:
             user = await iam.create_user(
-                session, username=username or f"user{self.count}@example.com", password=password,
-                firstname="Test", lastname=f"User{self.count}", tenant_id=tenant, permissions=granted,
+                session,
+                username=username or f"user{self.count}@example.com",
+                password=password,
+                firstname="Test",
+                lastname=f"User{self.count}",
+                tenant_id=tenant,
+                permissions=granted,
             )
             held = await iam.effective_permissions(session, user)
             principal = Principal(user.id, user.username, user.tenant_id, held, "")
@@ -215,3 +224,39 @@ def flow_body(name: str = "My flow", **extra: Any) -> dict[str, Any]:
     }
     body.update(extra)
     return body
+
+
+@pytest.fixture
+def engine_settings(tmp_path: Path, db_url: str) -> Settings:
+    """Settings for tests that run the engine: short intervals, no long sleeps."""
+    return Settings(
+        data_dir=tmp_path, database_url=db_url, poll_interval=0.05, scheduler_interval=0.2, lease_seconds=5,
+        stop_grace_seconds=2, step_timeout=5, webhook_group_commit_ms=1,
+    )
+
+
+@pytest.fixture
+async def engine_app(engine_settings: Settings, db: Database, registry: Registry) -> AsyncIterator[FastAPI]:
+    app = create_app(engine_settings, db=db, registry=registry, run_engine=True)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture
+async def engine_client(engine_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=engine_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://flowyard.test") as c:
+        yield c
+
+
+async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll an async predicate until it returns something truthy; fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
+        await asyncio.sleep(interval)

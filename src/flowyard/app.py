@@ -20,10 +20,14 @@ from flowyard.db.session import Database
 from flowyard.engine import router as components_router
 from flowyard.engine.components import Registry
 from flowyard.engine.service import EngineServices
+from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
+from flowyard.logs import router as logs_router
+from flowyard.webhooks import router as webhooks_router
+from flowyard.webhooks.service import WebhookBatcher
 
 log = logging.getLogger("flowyard")
 
@@ -62,9 +66,15 @@ def create_app(
             engine = EngineServices(app.state.db, settings, registry)
             await engine.start()
         app.state.engine = engine
+        app.state.webhooks = WebhookBatcher(
+            app.state.db,
+            window_ms=settings.webhook_group_commit_ms,
+            on_commit=engine.wake_worker if engine is not None else None,
+        )
         try:
             yield
         finally:
+            await app.state.webhooks.close()
             if engine is not None:
                 await engine.stop()
             if own_db:
@@ -80,11 +90,20 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.engine = None
-    if db is not None:
+    if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
+        app.state.webhooks = WebhookBatcher(db, window_ms=settings.webhook_group_commit_ms)
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (health, iam_router, flows_router, components_router):
+    for module in (
+        health,
+        iam_router,
+        flows_router,
+        executions_router,
+        webhooks_router,
+        logs_router,
+        components_router,
+    ):
         app.include_router(module.router)
     _install_openapi(app)
     return app
@@ -94,7 +113,9 @@ def _install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorResponse"] = ERROR_SCHEMA
         for model in _BODY_MODELS:
@@ -109,7 +130,9 @@ def _install_openapi(app: FastAPI) -> None:
                 if responses.pop("422", None) is not None and "400" not in responses:
                     responses["400"] = {
                         "description": "Invalid parameter",
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
+                        },
                     }
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)

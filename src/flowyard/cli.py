@@ -147,7 +147,9 @@ def users() -> None:
 
 @users.command("create")
 @click.option("--username", required=True, help="E-mail address used to log in.")
-@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True, help="Prompted if omitted.")
+@click.option(
+    "--password", prompt=True, hide_input=True, confirmation_prompt=True, help="Prompted if omitted."
+)
 @click.option("--firstname", default="", help="First name.")
 @click.option("--lastname", default="", help="Last name.")
 @click.option("--tenant", default=None, help="Tenant id or name.")
@@ -155,8 +157,14 @@ def users() -> None:
 @click.option("--role", "roles", multiple=True, help="Role id to assign (repeatable).")
 @click.option("--admin", is_flag=True, help="Grant 'all' (global administrator).")
 def users_create(
-    username: str, password: str, firstname: str, lastname: str, tenant: str | None,
-    permissions: tuple[str, ...], roles: tuple[str, ...], admin: bool,
+    username: str,
+    password: str,
+    firstname: str,
+    lastname: str,
+    tenant: str | None,
+    permissions: tuple[str, ...],
+    roles: tuple[str, ...],
+    admin: bool,
 ) -> None:
     """Create a user. A tenant member without --permission gets the member defaults."""
     granted = list(permissions)
@@ -169,13 +177,27 @@ def users_create(
         async with db.write() as session:
             tenant_id = (await iam.tenant_by_ref(session, tenant)).id if tenant else None
             return await iam.create_user(
-                session, username=username, password=password, firstname=firstname, lastname=lastname,
-                tenant_id=tenant_id, permissions=granted, role_ids=roles,
+                session,
+                username=username,
+                password=password,
+                firstname=firstname,
+                lastname=lastname,
+                tenant_id=tenant_id,
+                permissions=granted,
+                role_ids=roles,
             )
 
     user = _with_db(_settings(), run)
-    click.echo(json.dumps({"id": user.id, "username": user.username, "tenant": user.tenant_id,
-                           "permissions": user.permissions}))
+    click.echo(
+        json.dumps(
+            {
+                "id": user.id,
+                "username": user.username,
+                "tenant": user.tenant_id,
+                "permissions": user.permissions,
+            }
+        )
+    )
 
 
 @users.command("list")
@@ -187,8 +209,10 @@ def users_list() -> None:
             return list((await session.scalars(sa.select(User).order_by(User.id))).all())
 
     for user in _with_db(_settings(), run):
-        click.echo(f"{user.id}  {user.username:40} {user.status:9} tenant={user.tenant_id or '-'} "
-                   f"permissions={','.join(user.permissions) or '-'}")
+        click.echo(
+            f"{user.id}  {user.username:40} {user.status:9} tenant={user.tenant_id or '-'} "
+            f"permissions={','.join(user.permissions) or '-'}"
+        )
 
 
 @users.command("disable")
@@ -234,14 +258,17 @@ def roles() -> None:
 @click.option("--permission", "permissions", multiple=True, required=True, help="Permission (repeatable).")
 @click.option("--tenant", default=None, help="Tenant id or name; omitted: a global role.")
 @click.option("--description", default=None, help="What the role is for.")
-def roles_create(name: str, permissions: tuple[str, ...], tenant: str | None, description: str | None) -> None:
+def roles_create(
+    name: str, permissions: tuple[str, ...], tenant: str | None, description: str | None
+) -> None:
     """Create a role; prints its id."""
 
     async def run(db: Database) -> str:
         async with db.write() as session:
             scope = (await iam.tenant_by_ref(session, tenant)).id if tenant else None
-            role = await iam.create_role(session, name=name, permissions=permissions, description=description,
-                                         scope=scope)
+            role = await iam.create_role(
+                session, name=name, permissions=permissions, description=description, scope=scope
+            )
             return role.id
 
     click.echo(_with_db(_settings(), run))
@@ -257,8 +284,9 @@ def tokens() -> None:
 @click.option("--description", default=None, help="What the token is for.")
 @click.option("--expires-in-days", type=float, default=None, help="Lifetime; omitted: no expiry.")
 @click.option("--permission", "permissions", multiple=True, help="Narrow the token (repeatable).")
-def tokens_create(username: str, description: str | None, expires_in_days: float | None,
-                  permissions: tuple[str, ...]) -> None:
+def tokens_create(
+    username: str, description: str | None, expires_in_days: float | None, permissions: tuple[str, ...]
+) -> None:
     """Create an API token; prints it once."""
 
     async def run(db: Database) -> dict[str, Any]:
@@ -270,7 +298,10 @@ def tokens_create(username: str, description: str | None, expires_in_days: float
             principal = Principal(user.id, user.username, user.tenant_id, held, "")
             expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
             token, text = await iam.create_api_token(
-                session, principal, description=description, expires_at=expires,
+                session,
+                principal,
+                description=description,
+                expires_at=expires,
                 permissions=list(permissions) or None,
             )
             return {"id": token.id, "token": text, "expiresAt": isoformat(expires) if expires else None}

@@ -30,24 +30,35 @@ class Settings(BaseSettings):
     # -- first start and authentication ------------------------------------
     admin_username: str | None = Field(None, description="First administrator, created when no user exists.")
     admin_password: SecretStr | None = Field(None, description="Password of the first administrator.")
-    session_ttl_seconds: int = Field(3 * 3600, ge=60, description="Idle lifetime of a /login token (sliding).")
+    session_ttl_seconds: int = Field(
+        3 * 3600, ge=60, description="Idle lifetime of a /login token (sliding)."
+    )
 
     # -- HTTP limits -------------------------------------------------------
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest accepted request body.")
 
     # -- engine --------------------------------------------------------------
     worker_concurrency: int = Field(16, ge=1, description="Executions one worker runs at once.")
-    lease_seconds: float = Field(30.0, gt=0, description="How long a claimed execution stays owned without renewal.")
+    lease_seconds: float = Field(
+        30.0, gt=0, description="How long a claimed execution stays owned without renewal."
+    )
     poll_interval: float = Field(0.5, gt=0, description="Worker poll interval when nothing wakes it.")
-    scheduler_interval: float = Field(1.0, gt=0, description="How often the scheduler looks for due cron ticks.")
+    scheduler_interval: float = Field(
+        1.0, gt=0, description="How often the scheduler looks for due cron ticks."
+    )
     lifecycle_timeout: float = Field(30.0, gt=0, description="Bound on starting/stopping moves (seconds).")
-    stop_grace_seconds: float = Field(30.0, ge=0, description="How long executions of a stopping flow may finish.")
+    stop_grace_seconds: float = Field(
+        30.0, ge=0, description="How long executions of a stopping flow may finish."
+    )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")
     max_payload_bytes: int = Field(1024 * 1024, ge=1024, description="Largest message payload.")
-    max_attempts: int = Field(5, ge=1, description="Runs of an execution before a crash-looping one is failed.")
+    max_attempts: int = Field(
+        5, ge=1, description="Runs of an execution before a crash-looping one is failed."
+    )
     cron_overlap: Literal["skip", "allow"] = Field(
-        "skip", description="A tick that finds the flow's previous run unfinished is skipped (skip) or run (allow)."
+        "skip",
+        description="A tick that finds the flow's previous run unfinished is skipped (skip) or run (allow).",
     )
     retention_days: float = Field(14.0, gt=0, description="Age after which executions and logs are pruned.")
     prune_interval: float = Field(300.0, gt=0, description="Seconds between pruning passes.")

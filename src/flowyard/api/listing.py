@@ -7,9 +7,8 @@ Parsed from the raw query string so bracketed names work and unknown
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
-import sqlalchemy as sa
 from fastapi import Query, Request
 
 from flowyard.errors import InvalidInput, Problem
@@ -31,7 +30,9 @@ class ListQuery:
         return (self.page - 1) * self.size
 
 
-def _int_param(raw: str | None, name: str, default: int, lo: int, hi: int | None) -> tuple[int, Problem | None]:
+def _int_param(
+    raw: str | None, name: str, default: int, lo: int, hi: int | None
+) -> tuple[int, Problem | None]:
     if raw is None:
         return default, None
     try:
@@ -61,12 +62,10 @@ def parse_list_query(
         size, p2 = _int_param(params.get("page[size]"), "page[size]", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
         problems += [p for p in (p1, p2) if p]
     sort = params.get("sort")
-    if sort is not None and sorts:
-        if (sort[1:] if sort.startswith("-") else sort) not in sorts:
-            problems.append(
-                Problem(f"sort must be one of {', '.join(sorted(sorts))}, optionally prefixed with '-'.", "sort")
-            )
-            sort = None
+    if sort is not None and sorts and sort.removeprefix("-") not in sorts:
+        allowed = ", ".join(sorted(sorts))
+        problems.append(Problem(f"sort must be one of {allowed}, optionally prefixed with '-'.", "sort"))
+        sort = None
     search = params.get("search") if searchable else None
     if search is not None and len(search) > 500:
         problems.append(Problem("search must be at most 500 characters.", "search"))
@@ -85,7 +84,9 @@ def parse_list_query(
             problems.append(Problem(f"Unknown paging parameter {key}.", key))
     if problems:
         raise InvalidInput(problems)
-    return ListQuery(page=page or 1, size=size or DEFAULT_PAGE_SIZE, sort=sort, search=search or None, filters=found)
+    return ListQuery(
+        page=page or 1, size=size or DEFAULT_PAGE_SIZE, sort=sort, search=search or None, filters=found
+    )
 
 
 def like_pattern(text: str) -> str:
@@ -94,7 +95,7 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def order_by(sort: str | None, columns: dict[str, sa.ColumnElement[object]], id_col: sa.ColumnElement[object]) -> list[sa.ColumnElement[object]]:
+def order_by(sort: str | None, columns: dict[str, Any], id_col: Any) -> list[Any]:
     """The ORDER BY for ``sort``; ties broken by id ascending (default: id ascending)."""
     if not sort:
         return [id_col.asc()]
@@ -104,9 +105,12 @@ def order_by(sort: str | None, columns: dict[str, sa.ColumnElement[object]], id_
 
 # Documentation-only parameters: declared so OpenAPI shows the bracketed names.
 PageSize = Annotated[
-    int | None, Query(alias="page[size]", ge=1, le=MAX_PAGE_SIZE, description="Objects per page (1..1000), default 10.")
+    int | None,
+    Query(alias="page[size]", ge=1, le=MAX_PAGE_SIZE, description="Objects per page (1..1000), default 10."),
 ]
-PageNumber = Annotated[int | None, Query(alias="page[number]", ge=1, le=10**9, description="1-based page number, default 1.")]
+PageNumber = Annotated[
+    int | None, Query(alias="page[number]", ge=1, le=10**9, description="1-based page number, default 1.")
+]
 Search = Annotated[
     str | None,
     Query(max_length=500, description="Case-insensitive literal substring of the name or description."),

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
-from flowyard.engine.expressions import Expression, ExpressionError, compile_expression, compile_mapper, apply_mapper
+from flowyard.engine.expressions import (
+    Expression,
+    ExpressionError,
+    apply_mapper,
+    compile_expression,
+    compile_mapper,
+)
 
 
 class ComponentError(Exception):
@@ -54,7 +60,9 @@ SCHEDULE = Component(
 
 
 class JsonataFields(_Fields):
-    expression: str = Field(description="JSONata evaluated against the message data; the result is the new data.")
+    expression: str = Field(
+        description="JSONata evaluated against the message data; the result is the new data."
+    )
 
     _check = field_validator("expression")(_expr)
 
@@ -135,7 +143,9 @@ class LogFields(_Fields):
 
 
 async def log_message(message: Message, ctx: StepContext) -> Message:
-    ctx.log(ctx.fields.level, ctx.fields.message or "message", message["data"] if ctx.fields.includeData else None)
+    ctx.log(
+        ctx.fields.level, ctx.fields.message or "message", message["data"] if ctx.fields.includeData else None
+    )
     return message
 
 
@@ -200,8 +210,10 @@ class HttpFields(_Fields):
     url: str = Field(max_length=4000, description="Target URL; may hold {{ JSONata }} placeholders.")
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
     headers: dict[str, str] = Field(default_factory=dict)
-    body: Any = Field(None, description="Request JSON: a mapper object (JSONata leaves); default: the data for "
-                      "POST/PUT/PATCH.")
+    body: Any = Field(
+        None,
+        description="Request JSON: a mapper object (JSONata leaves); default: the data for POST/PUT/PATCH.",
+    )
     timeout: float = Field(30.0, gt=0, le=300)
     failOnError: bool = Field(True, description="Fail the step on a 4xx/5xx answer.")
 
@@ -288,9 +300,13 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
         body = data
     try:
         resp = await ctx.http.request(
-            f.method, url, headers=headers, auth=auth or httpx.USE_CLIENT_DEFAULT,
+            f.method,
+            url,
+            headers=headers,
+            auth=auth or httpx.USE_CLIENT_DEFAULT,
             json=body if f.method not in ("GET", "HEAD", "DELETE") or body is not None else None,
-            timeout=f.timeout, follow_redirects=False,
+            timeout=f.timeout,
+            follow_redirects=False,
         )
     except httpx.HTTPError as exc:
         raise ComponentError(f"{f.method} {url} failed: {type(exc).__name__}: {exc}") from None

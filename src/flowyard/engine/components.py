@@ -39,7 +39,9 @@ class Component:
 
     def __post_init__(self) -> None:
         if self.default_function not in self.functions:
-            raise ValueError(f"component {self.id}: default function {self.default_function!r} is not defined")
+            raise ValueError(
+                f"component {self.id}: default function {self.default_function!r} is not defined"
+            )
 
     def fields_schema(self) -> dict[str, Any]:
         if self.fields is None:
@@ -65,7 +67,9 @@ class Component:
 
 
 class Registry:
-    def __init__(self, components: Mapping[str, Component], failures: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, components: Mapping[str, Component], failures: Mapping[str, str] | None = None
+    ) -> None:
         self._components = dict(components)
         self.failures = dict(failures or {})
 

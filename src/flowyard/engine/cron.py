@@ -25,7 +25,9 @@ def validate_cron(expr: str) -> str:
             raise CronError(f"unknown cron macro {expr!r}; use one of {', '.join(MACROS)}")
         expr = expr.lower()
     elif len(expr.split()) not in (5, 6):
-        raise CronError("a cron expression has 5 fields (minute hour day month weekday), or 6 with seconds first")
+        raise CronError(
+            "a cron expression has 5 fields (minute hour day month weekday), or 6 with seconds first"
+        )
     if not croniter.is_valid(expr, second_at_beginning=_is_seconds_form(expr)):
         raise CronError(f"invalid cron expression {expr!r}")
     try:

@@ -28,20 +28,30 @@ class ComponentOut(BaseModel):
     fields: dict[str, Any]
 
 
-@router.get("/components", response_model=Single[list[ComponentOut]], responses=errors(401),
-            summary="Installed components, their functions and the JSON schema of their fields")
+@router.get(
+    "/components",
+    response_model=Single[list[ComponentOut]],
+    responses=errors(401),
+    summary="Installed components, their functions and the JSON schema of their fields",
+)
 async def list_components(request: Request, _caller: Caller) -> JSONOut:
     registry = request.app.state.registry
-    return single([
-        {
-            "id": c.id,
-            "description": c.description,
-            "trigger": c.trigger,
-            "functions": [
-                {"name": f, "description": c.function_descriptions.get(f), "default": f == c.default_function}
-                for f in sorted(c.functions)
-            ],
-            "fields": c.fields_schema(),
-        }
-        for c in registry.all()
-    ])
+    return single(
+        [
+            {
+                "id": c.id,
+                "description": c.description,
+                "trigger": c.trigger,
+                "functions": [
+                    {
+                        "name": f,
+                        "description": c.function_descriptions.get(f),
+                        "default": f == c.default_function,
+                    }
+                    for f in sorted(c.functions)
+                ],
+                "fields": c.fields_schema(),
+            }
+            for c in registry.all()
+        ]
+    )

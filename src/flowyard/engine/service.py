@@ -1,23 +1,128 @@
-"""The engine's services in one process: worker, scheduler, lifecycle reconciler, pruner."""
+"""The engine's services in one process: worker, cron scheduler, lifecycle
+reconciler and pruner. ``flowyard serve`` runs them beside the API;
+``flowyard worker`` runs them alone (scale-out)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import httpx
+
+from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
+from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
+from flowyard.engine.hub import CompletionHub
+from flowyard.engine.worker import Worker
+
+log = logging.getLogger(__name__)
 
 
 class EngineServices:
-    def __init__(self, db: Database, settings: Settings, registry: Registry) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, registry: Registry, *, hub: CompletionHub | None = None
+    ) -> None:
         self.db = db
         self.settings = settings
         self.registry = registry
+        self.hub = hub or CompletionHub()
+        self.http = httpx.AsyncClient(timeout=settings.step_timeout, follow_redirects=False)
+        self.worker = Worker(db, settings, registry, hub=self.hub, http=self.http)
+        self._lifecycle_wake = asyncio.Event()
+        self._scheduler_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._worker_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        pass
+        self._worker_task = asyncio.create_task(self.worker.run(), name="flowyard-worker")
+        self._tasks = [
+            asyncio.create_task(self._every("lifecycle", self._lifecycle_pass, 1.0, self._lifecycle_wake)),
+            asyncio.create_task(self._scheduler_loop(), name="flowyard-scheduler"),
+            asyncio.create_task(self._every("pruner", self._prune_pass, self.settings.prune_interval, None)),
+        ]
 
     async def stop(self) -> None:
-        pass
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._worker_task is not None:
+            self.worker.stop()
+            with contextlib.suppress(Exception):
+                await self._worker_task
+        await self.http.aclose()
 
     def nudge_lifecycle(self) -> None:
-        pass
+        self._lifecycle_wake.set()
+
+    def wake_worker(self) -> None:
+        self.worker.wake()
+
+    async def _lifecycle_pass(self) -> None:
+        if await lifecycle.reconcile(self.db, self.registry, stop_grace=self.settings.stop_grace_seconds):
+            self._scheduler_wake.set()
+
+    async def _prune_pass(self) -> None:
+        counts = await pruner.prune(
+            self.db, retention=timedelta(days=self.settings.retention_days), batch=self.settings.prune_batch
+        )
+        if any(counts.values()):
+            log.info("pruned %s", counts)
+
+    async def _every(
+        self, name: str, fn: Callable[[], Awaitable[None]], interval: float, wake: asyncio.Event | None
+    ) -> None:
+        while True:
+            try:
+                await fn()
+            except Exception:
+                log.exception("%s pass failed", name)
+            if wake is None:
+                await asyncio.sleep(interval)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await wake.wait()
+            wake.clear()
+
+    async def _scheduler_loop(self) -> None:
+        while True:
+            delay = self.settings.scheduler_interval
+            try:
+                if await scheduler.fire_due(self.db, overlap=self.settings.cron_overlap):
+                    self.worker.wake()
+                nxt = await scheduler.next_due(self.db)
+                if nxt is not None:
+                    # A floor, so a tick that keeps failing cannot spin the loop.
+                    delay = min(delay, max((nxt - utcnow()).total_seconds(), 0.02))
+            except Exception:
+                log.exception("scheduler pass failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay + 0.001):
+                    await self._scheduler_wake.wait()
+            self._scheduler_wake.clear()
+
+
+async def run_standalone(settings: Settings) -> None:
+    """``flowyard worker``: the engine without the API, until SIGINT/SIGTERM."""
+    db = Database(settings.resolved_database_url())
+    engine = EngineServices(db, settings, Registry.load())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await engine.start()
+    log.info("worker %s started", engine.worker.id)
+    try:
+        await stop.wait()
+        log.info("stopping: finishing running executions (up to %g s)", settings.stop_grace_seconds)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await engine.stop()
+        await db.dispose()

@@ -1,0 +1,43 @@
+"""The little SQL that differs between SQLite and PostgreSQL, in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+
+def dialect_name(session: AsyncSession) -> str:
+    return session.get_bind().dialect.name
+
+
+def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[str]) -> Any:
+    """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either database."""
+    module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
+    return module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
+
+
+async def increment(
+    session: AsyncSession,
+    table: Any,
+    keys: Sequence[str],
+    counter: str,
+    rows: Sequence[Mapping[str, Any]],
+    replace: Sequence[str] = (),
+) -> None:
+    """Upsert ``rows``: add their ``counter`` to the stored one and overwrite ``replace`` columns."""
+    if not rows:
+        return
+    module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
+    stmt = module.insert(table)
+    column = getattr(table, counter) if not isinstance(table, sa.Table) else table.c[counter]
+    set_ = {counter: column + stmt.excluded[counter]}
+    for name in replace:
+        set_[name] = stmt.excluded[name]
+    stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
+    # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
+    ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))
+    await session.execute(stmt, ordered)

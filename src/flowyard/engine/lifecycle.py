@@ -1,0 +1,125 @@
+"""The lifecycle reconciler: completes ``starting`` → ``active`` and
+``stopping`` → ``inactive``. State lives only in the database, so whichever
+engine process runs next picks up a move a dead process left half done, and no
+flow stays in transit longer than the configured bound."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from flowyard.clock import utcnow
+from flowyard.db.session import Database
+from flowyard.engine import queue
+from flowyard.engine.components import Registry
+from flowyard.engine.cron import CronError, next_after, validate_cron
+from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
+from flowyard.flows.models import Flow
+from flowyard.logs.models import LogEntry
+
+log = logging.getLogger(__name__)
+
+
+async def reconcile(db: Database, registry: Registry, *, stop_grace: float) -> int:
+    """One pass over flows in transit; returns how many moved."""
+    async with db.read() as session:
+        rows = (
+            await session.execute(
+                sa.select(Flow.id, Flow.status, Flow.status_changed_at)
+                .where(Flow.status.in_(("starting", "stopping")))
+                .order_by(Flow.status_changed_at)
+                .limit(500)
+            )
+        ).all()
+    moved = 0
+    for flow_id, status, changed_at in rows:
+        try:
+            if status == "starting":
+                moved += await _start(db, registry, flow_id)
+            else:
+                moved += await _stop(db, flow_id, changed_at, stop_grace)
+        except Exception:
+            log.exception("lifecycle move of flow %s failed; will retry", flow_id)
+    return moved
+
+
+async def _start(db: Database, registry: Registry, flow_id: str) -> int:
+    async with db.write() as session:
+        flow = await session.get(Flow, flow_id)
+        if flow is None or flow.status != "starting":
+            return 0
+        now = utcnow()
+        message = None
+        next_run = None
+        try:
+            CompiledFlow.compile(
+                flow_id=flow.id,
+                version=flow.version,
+                tenant=flow.tenant,
+                owner_user=queue.owner_user_of(flow.owners),
+                graph=flow.graph,
+                registry=registry,
+            )
+            if flow.cron:
+                next_run = next_after(validate_cron(flow.cron), now)
+        except (FlowNotRunnable, CronError) as exc:
+            message = f"Flow cannot run: {exc}"
+        values = (
+            {"status": "inactive", "status_message": message, "next_run_at": None}
+            if message
+            else {"status": "active", "status_message": None, "next_run_at": next_run}
+        )
+        result = await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == flow_id, Flow.status == "starting")
+            .values(status_changed_at=now, **values)
+            .execution_options(synchronize_session=False)
+        )
+        if message:
+            session.add(
+                LogEntry(
+                    timestamp=now,
+                    level="error",
+                    message=message,
+                    tenant=flow.tenant,
+                    user_id=queue.owner_user_of(flow.owners),
+                    flow_id=flow.id,
+                )
+            )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def _stop(db: Database, flow_id: str, changed_at: object, stop_grace: float) -> int:
+    async with db.write() as session:
+        flow = await session.get(Flow, flow_id)
+        if flow is None or flow.status != "stopping":
+            return 0
+        now = utcnow()
+        message = None
+        if await queue.unfinished_count(session, flow_id):
+            if now - flow.status_changed_at < timedelta(seconds=stop_grace):
+                return 0  # still draining
+            cancelled = await queue.cancel_unfinished(
+                session, flow_id, f"cancelled: the flow was stopped and {stop_grace:g} s of grace ran out"
+            )
+            message = f"Stopped; {len(cancelled)} unfinished execution(s) cancelled after the grace period."
+            session.add(
+                LogEntry(
+                    timestamp=now,
+                    level="warn",
+                    message=message,
+                    tenant=flow.tenant,
+                    user_id=queue.owner_user_of(flow.owners),
+                    flow_id=flow.id,
+                    data={"cancelled": cancelled[:100]},
+                )
+            )
+        result = await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == flow_id, Flow.status == "stopping")
+            .values(status="inactive", status_changed_at=now, status_message=message, next_run_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]

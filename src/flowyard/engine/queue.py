@@ -1,0 +1,341 @@
+"""The durable work queue: executions are rows. A trigger is a committed row
+before it is acknowledged; workers claim rows with a lease; a dead worker's
+lease expires and the reaper puts its rows back in the queue.
+
+PostgreSQL claims with ``FOR UPDATE SKIP LOCKED`` so many workers never wait
+on one another; SQLite has one writer at a time (``BEGIN IMMEDIATE``), which
+makes the same UPDATE a safe single claimer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.clock import utcnow
+from flowyard.db.dialect import dialect_name, increment, insert_ignore
+from flowyard.executions.models import ComponentDayCount, Execution, ExecutionStep, FlowDayCount
+from flowyard.flows.models import Flow
+from flowyard.logs.models import LogEntry
+
+
+@dataclass
+class NewExecution:
+    id: str
+    flow_id: str
+    flow_version: int
+    flow_name: str
+    tenant: str | None
+    owner_user: str | None
+    trigger: str
+    input: Any
+    created_at: datetime
+    scheduled_for: datetime | None = None
+
+
+def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
+    return next((o["id"] for o in owners if o.get("type") == "user"), None)
+
+
+async def enqueue(
+    session: AsyncSession, items: Sequence[NewExecution], *, skip_duplicates: bool = False
+) -> list[str]:
+    """Insert queued executions and count them, in the caller's transaction.
+
+    With ``skip_duplicates`` a row whose (flow, scheduled time) exists already is
+    skipped (another scheduler got there first) and not counted.
+    """
+    if not items:
+        return []
+    rows = [
+        {
+            "id": e.id,
+            "flow_id": e.flow_id,
+            "flow_version": e.flow_version,
+            "tenant": e.tenant,
+            "owner_user": e.owner_user,
+            "trigger": e.trigger,
+            "status": "queued",
+            "input": e.input,
+            "created_at": e.created_at,
+            "scheduled_for": e.scheduled_for,
+            "attempts": 0,
+        }
+        for e in items
+    ]
+    inserted = items
+    if skip_duplicates:
+        kept = []
+        for e, row in zip(items, rows, strict=True):
+            stmt = insert_ignore(session, Execution, ["flow_id", "scheduled_for"]).values(**row)
+            result = await session.execute(stmt)
+            if result.rowcount == 1:  # type: ignore[attr-defined]
+                kept.append(e)
+        inserted = kept
+    else:
+        await session.execute(sa.insert(Execution), rows)
+    counts: Counter[tuple[Any, str]] = Counter()
+    info: dict[str, NewExecution] = {}
+    latest: dict[str, datetime] = {}
+    for e in inserted:
+        counts[(e.created_at.date(), e.flow_id)] += 1
+        info[e.flow_id] = e
+        latest[e.flow_id] = max(latest.get(e.flow_id, e.created_at), e.created_at)
+    await increment(
+        session,
+        FlowDayCount,
+        ("day", "flow_id"),
+        "executions",
+        [
+            {
+                "day": day,
+                "flow_id": fid,
+                "tenant": info[fid].tenant,
+                "user_id": info[fid].owner_user,
+                "flow_name": info[fid].flow_name,
+                "executions": n,
+            }
+            for (day, fid), n in counts.items()
+        ],
+        replace=("tenant", "user_id", "flow_name"),
+    )
+    for fid, when in sorted(latest.items()):
+        await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == fid)
+            .values(last_execution_at=when)
+            .execution_options(synchronize_session=False)
+        )
+    return [e.id for e in inserted]
+
+
+@dataclass
+class Claimed:
+    id: str
+    flow_id: str
+    flow_version: int
+    tenant: str | None
+    owner_user: str | None
+    trigger: str
+    input: Any
+    attempts: int
+    created_at: datetime
+    scheduled_for: datetime | None
+
+
+async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
+    now = utcnow()
+    pick = sa.select(Execution.id).where(Execution.status == "queued").order_by(Execution.id).limit(limit)
+    if dialect_name(session) == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    stmt = (
+        sa.update(Execution)
+        .where(Execution.id.in_(pick))
+        .values(
+            status="running",
+            lease_owner=worker_id,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=sa.func.coalesce(Execution.started_at, now),
+            attempts=Execution.attempts + 1,
+        )
+        .returning(
+            Execution.id,
+            Execution.flow_id,
+            Execution.flow_version,
+            Execution.tenant,
+            Execution.owner_user,
+            Execution.trigger,
+            Execution.input,
+            Execution.attempts,
+            Execution.created_at,
+            Execution.scheduled_for,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    rows = (await session.execute(stmt)).all()
+    return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
+
+
+async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:
+    if not ids:
+        return
+    await session.execute(
+        sa.update(Execution)
+        .where(Execution.id.in_(list(ids)), Execution.status == "running", Execution.lease_owner == worker_id)
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+
+
+@dataclass
+class StepRecord:
+    node_id: str
+    component_id: str | None
+    function: str | None
+    status: str
+    runs: int
+    messages_in: int
+    messages_out: int
+    duration_ms: float
+    started_at: datetime
+    finished_at: datetime
+    error: str | None
+    output: Any
+    position: int
+
+
+@dataclass
+class Outcome:
+    execution_id: str
+    flow_id: str
+    tenant: str | None
+    owner_user: str | None
+    created_at: datetime
+    status: str  # succeeded | failed | cancelled
+    result: Any
+    error: str | None
+    finished_at: datetime
+    steps: list[StepRecord] = field(default_factory=list)
+    logs: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str) -> set[str]:
+    """Record finished executions, theirs steps, logs and component counts in one transaction.
+
+    Only executions this worker still holds are recorded: if the lease was lost
+    (another worker re-ran it) or the execution was cancelled meanwhile, the
+    outcome is dropped so no execution is ever recorded twice.
+    """
+    if not outcomes:
+        return set()
+    ids = [o.execution_id for o in outcomes]
+    held_q = sa.select(Execution.id).where(
+        Execution.id.in_(ids), Execution.status == "running", Execution.lease_owner == worker_id
+    )
+    if dialect_name(session) == "postgresql":
+        held_q = held_q.with_for_update()
+    held = set((await session.scalars(held_q)).all())
+    mine = [o for o in outcomes if o.execution_id in held]
+    if not mine:
+        return held
+    # Core table, not the ORM class: an executemany UPDATE keyed by a bind parameter.
+    table: Any = Execution.__table__
+    await session.execute(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("eid"))
+        .values(
+            status=sa.bindparam("st"),
+            result=sa.bindparam("res"),
+            error=sa.bindparam("err"),
+            finished_at=sa.bindparam("fin"),
+            lease_owner=None,
+            lease_expires_at=None,
+        ),
+        [
+            {"eid": o.execution_id, "st": o.status, "res": o.result, "err": o.error, "fin": o.finished_at}
+            for o in mine
+        ],
+    )
+    steps = [{"execution_id": o.execution_id, **s.__dict__} for o in mine for s in o.steps]
+    if steps:
+        await session.execute(sa.insert(ExecutionStep), steps)
+    logs = [entry for o in mine for entry in o.logs]
+    if logs:
+        await session.execute(sa.insert(LogEntry), logs)
+    comp: Counter[tuple[Any, str, str]] = Counter()
+    who: dict[str, Outcome] = {}
+    for o in mine:
+        who[o.flow_id] = o
+        for s in o.steps:
+            if s.component_id:
+                comp[(o.created_at.date(), s.component_id, o.flow_id)] += s.runs
+    await increment(
+        session,
+        ComponentDayCount,
+        ("day", "component_id", "flow_id"),
+        "steps",
+        [
+            {
+                "day": day,
+                "component_id": cid,
+                "flow_id": fid,
+                "tenant": who[fid].tenant,
+                "user_id": who[fid].owner_user,
+                "steps": n,
+            }
+            for (day, cid, fid), n in comp.items()
+        ],
+    )
+    return held
+
+
+async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[Execution]]:
+    """Re-queue executions whose worker's lease expired; fail those that keep dying."""
+    now = utcnow()
+    requeued = await session.execute(
+        sa.update(Execution)
+        .where(
+            Execution.status == "running", Execution.lease_expires_at < now, Execution.attempts < max_attempts
+        )
+        .values(status="queued", lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    dead = list(
+        (
+            await session.scalars(
+                sa.select(Execution).where(
+                    Execution.status == "running",
+                    Execution.lease_expires_at < now,
+                    Execution.attempts >= max_attempts,
+                )
+            )
+        ).all()
+    )
+    for e in dead:
+        e.status = "failed"
+        e.error = f"abandoned: its worker died {e.attempts} times while running it"
+        e.finished_at = now
+        e.lease_owner = None
+        e.lease_expires_at = None
+    return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
+
+
+async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) -> list[str]:
+    """Cancel whatever of a flow is still queued or running (stop grace period over)."""
+    now = utcnow()
+    ids = list(
+        (
+            await session.scalars(
+                sa.select(Execution.id).where(
+                    Execution.flow_id == flow_id, Execution.status.in_(("queued", "running"))
+                )
+            )
+        ).all()
+    )
+    if ids:
+        await session.execute(
+            sa.update(Execution)
+            .where(Execution.id.in_(ids), Execution.status.in_(("queued", "running")))
+            .values(
+                status="cancelled", error=reason, finished_at=now, lease_owner=None, lease_expires_at=None
+            )
+            .execution_options(synchronize_session=False)
+        )
+    return ids
+
+
+async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
+    return int(
+        await session.scalar(
+            sa.select(sa.func.count())
+            .select_from(Execution)
+            .where(Execution.flow_id == flow_id, Execution.status.in_(("queued", "running")))
+        )
+        or 0
+    )

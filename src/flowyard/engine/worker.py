@@ -1,0 +1,293 @@
+"""The worker: claims queued executions, runs them, records their outcomes.
+
+Shape after procrastinate's worker: a bounded number of executions run at once;
+the loop wakes on the first of "work was enqueued here", "capacity freed",
+the poll interval, or stop. Side tasks renew the leases of what runs here and
+re-queue what dead workers left behind. Outcomes are written in batches (one
+transaction for many finished executions) so durability does not cost
+throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from flowyard.clock import utcnow
+from flowyard.config import Settings
+from flowyard.db.session import Database
+from flowyard.engine import queue
+from flowyard.engine.components import Registry
+from flowyard.engine.hub import CompletionHub
+from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
+from flowyard.flows.models import Flow
+from flowyard.ids import new_id
+from flowyard.logs.models import LogEntry
+
+log = logging.getLogger(__name__)
+
+_CLAIM_BATCH = 64
+_FLUSH_BATCH = 256
+
+
+class Worker:
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        registry: Registry,
+        *,
+        hub: CompletionHub | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.registry = registry
+        self.hub = hub or CompletionHub()
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
+        self._http = http
+        self._own_http = http is None
+        self._wake = asyncio.Event()
+        self._flush_wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._outcomes: list[queue.Outcome] = []
+        self._flush_lock = asyncio.Lock()
+        self._flows: dict[tuple[str, int], CompiledFlow | FlowNotRunnable] = {}
+        self.completed = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Run until ``stop()``; then finish what runs within the grace period."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.settings.step_timeout, follow_redirects=False)
+        side = [
+            asyncio.create_task(self._flusher(), name="flowyard-flusher"),
+            asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),
+            asyncio.create_task(self._reaper(), name="flowyard-reaper"),
+        ]
+        try:
+            await self._loop(side)
+        finally:
+            await self._shutdown(side)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    async def _loop(self, side: list[asyncio.Task[None]]) -> None:
+        while not self._stopping.is_set():
+            for task in side:
+                if task.done():  # a crashed side task stops the worker: better than silently not renewing
+                    task.result()
+            self._wake.clear()
+            capacity = self.settings.worker_concurrency - len(self._running)
+            if capacity > 0:
+                try:
+                    claimed = await self._claim(min(capacity, _CLAIM_BATCH))
+                except Exception:
+                    log.exception("claiming executions failed; retrying")
+                    claimed = []
+                    await asyncio.sleep(self.settings.poll_interval)
+                if claimed:
+                    await self._start(claimed)
+                    continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.poll_interval):
+                    await self._wake.wait()
+
+    async def _claim(self, limit: int) -> list[queue.Claimed]:
+        async with self.db.write() as session:
+            return await queue.claim(
+                session, worker_id=self.id, limit=limit, lease_seconds=self.settings.lease_seconds
+            )
+
+    async def _start(self, claimed: list[queue.Claimed]) -> None:
+        missing = {c.flow_id for c in claimed if (c.flow_id, c.flow_version) not in self._flows}
+        current: dict[str, CompiledFlow | FlowNotRunnable] = {}
+        if missing:
+            async with self.db.read() as session:
+                rows = (
+                    await session.execute(
+                        sa.select(Flow.id, Flow.version, Flow.tenant, Flow.owners, Flow.graph).where(
+                            Flow.id.in_(missing)
+                        )
+                    )
+                ).all()
+            for fid, version, tenant, owners, graph in rows:
+                compiled: CompiledFlow | FlowNotRunnable
+                try:
+                    compiled = CompiledFlow.compile(
+                        flow_id=fid,
+                        version=version,
+                        tenant=tenant,
+                        owner_user=queue.owner_user_of(owners),
+                        graph=graph,
+                        registry=self.registry,
+                    )
+                except FlowNotRunnable as exc:
+                    compiled = exc
+                self._flows[(fid, version)] = compiled
+                current[fid] = compiled
+        for c in claimed:
+            flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
+            self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
+
+    async def _execute(self, claimed: queue.Claimed, flow: CompiledFlow | FlowNotRunnable | None) -> None:
+        try:
+            if isinstance(flow, CompiledFlow):
+                assert self._http is not None
+                outcome = await run_execution(flow, claimed, settings=self.settings, http=self._http)
+            else:
+                reason = str(flow) if flow is not None else "the flow no longer exists"
+                status = "failed" if flow is not None else "cancelled"
+                outcome = queue.Outcome(
+                    execution_id=claimed.id,
+                    flow_id=claimed.flow_id,
+                    tenant=claimed.tenant,
+                    owner_user=claimed.owner_user,
+                    created_at=claimed.created_at,
+                    status=status,
+                    result=None,
+                    error=reason,
+                    finished_at=utcnow(),
+                    logs=[
+                        {
+                            "timestamp": utcnow(),
+                            "level": "error",
+                            "message": f"execution not run: {reason}",
+                            "tenant": claimed.tenant,
+                            "user_id": claimed.owner_user,
+                            "flow_id": claimed.flow_id,
+                            "execution_id": claimed.id,
+                            "step_id": None,
+                            "component_id": None,
+                            "data": None,
+                        }
+                    ],
+                )
+            self._outcomes.append(outcome)
+            self._flush_wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The runner never raises for a step; this is a bug. Leave the row to the reaper.
+            log.exception("execution %s crashed the runner", claimed.id)
+        finally:
+            self._running.pop(claimed.id, None)
+            self._wake.set()
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush_wake.wait()
+            self._flush_wake.clear()
+            while self._outcomes:
+                await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        # One flusher at a time; a batch leaves the buffer only once it is committed,
+        # so a failed or cancelled write loses nothing.
+        async with self._flush_lock:
+            batch = self._outcomes[:_FLUSH_BATCH]
+            if not batch:
+                return
+            try:
+                async with self.db.write() as session:
+                    held = await queue.complete(session, batch, worker_id=self.id)
+            except Exception:
+                log.exception("recording %d outcomes failed; retrying", len(batch))
+                await asyncio.sleep(0.5)
+                return
+            del self._outcomes[: len(batch)]
+        lost = [o.execution_id for o in batch if o.execution_id not in held]
+        if lost:
+            log.warning("dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5])
+        self.completed += len(batch) - len(lost)
+        self.hub.notify(o.execution_id for o in batch)
+
+    async def _renewer(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            ids = list(self._running)
+            if not ids:
+                continue
+            try:
+                async with self.db.write() as session:
+                    await queue.renew(
+                        session, worker_id=self.id, ids=ids, lease_seconds=self.settings.lease_seconds
+                    )
+            except Exception:
+                log.exception("renewing leases failed")
+
+    async def _reaper(self) -> None:
+        interval = max(self.settings.lease_seconds / 2, 0.5)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.db.write() as session:
+                    requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts)
+                    for e in dead:
+                        session.add(
+                            LogEntry(
+                                timestamp=utcnow(),
+                                level="error",
+                                message=f"execution {e.id} failed: {e.error}",
+                                tenant=e.tenant,
+                                user_id=e.owner_user,
+                                flow_id=e.flow_id,
+                                execution_id=e.id,
+                            )
+                        )
+                if requeued:
+                    log.warning("re-queued %d executions whose worker's lease expired", requeued)
+                    self.wake()
+                if dead:
+                    self.hub.notify(e.id for e in dead)
+            except Exception:
+                log.exception("reaping expired leases failed")
+
+    async def _shutdown(self, side: list[asyncio.Task[None]]) -> None:
+        unfinished: list[str] = []
+        if self._running:
+            _done, pending = await asyncio.wait(
+                self._running.values(), timeout=self.settings.stop_grace_seconds
+            )
+            unfinished = [eid for eid, task in self._running.items() if task in pending]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            while self._outcomes:
+                await self._flush_once()
+        if unfinished:
+            # Hand them back now rather than after the lease expires.
+            with contextlib.suppress(Exception):
+                async with self.db.write() as session:
+                    await session.execute(
+                        sa.update(queue.Execution)
+                        .where(
+                            queue.Execution.id.in_(unfinished),
+                            queue.Execution.lease_owner == self.id,
+                            queue.Execution.status == "running",
+                        )
+                        .values(status="queued", lease_owner=None, lease_expires_at=None)
+                        .execution_options(synchronize_session=False)
+                    )
+        for task in side:
+            task.cancel()
+        await asyncio.gather(*side, return_exceptions=True)
+        if self._own_http and self._http is not None:
+            await self._http.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        return {"id": self.id, "running": len(self._running), "completed": self.completed}

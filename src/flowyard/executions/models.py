@@ -1,0 +1,109 @@
+"""Executions (which double as the durable work queue), their steps, webhook
+idempotency keys and the per-day counters behind /icenter/executions."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from flowyard.db.base import Base, Id, Json, UTCDateTime
+
+EXECUTION_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+UNFINISHED = ("queued", "running")
+
+
+class Execution(Base):
+    __tablename__ = "executions"
+
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    # No foreign key: history and counts outlive a deleted flow.
+    flow_id: Mapped[str] = mapped_column(Id, nullable=False)
+    flow_version: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    owner_user: Mapped[str | None] = mapped_column(sa.String(64))
+    trigger: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # webhook | cron | manual
+    status: Mapped[str] = mapped_column(sa.String(16), nullable=False)
+    input: Mapped[Any] = mapped_column(Json, nullable=True)
+    result: Mapped[Any] = mapped_column(Json, nullable=True)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A cron tick's time: (flow_id, scheduled_for) is unique, so however many
+    # schedulers run, one tick makes one execution.
+    scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.UniqueConstraint("flow_id", "scheduled_for"),
+        # Claim: the oldest queued rows. Reaper: running rows by lease expiry.
+        sa.Index("ix_executions_status_id", "status", "id"),
+        sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
+        sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
+        sa.Index("ix_executions_tenant_id", "tenant", "id"),
+        sa.Index("ix_executions_flow_status", "flow_id", "status"),
+    )
+
+
+class ExecutionStep(Base):
+    """One node of one execution: its runs aggregated (a node runs once per arriving message)."""
+
+    __tablename__ = "execution_steps"
+
+    execution_id: Mapped[str] = mapped_column(
+        Id, sa.ForeignKey("executions.id", ondelete="CASCADE"), primary_key=True
+    )
+    node_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    component_id: Mapped[str | None] = mapped_column(sa.String(200))
+    function: Mapped[str | None] = mapped_column(sa.String(200))
+    status: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # succeeded | failed
+    runs: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    messages_in: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    messages_out: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    duration_ms: Mapped[float] = mapped_column(sa.Float, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    finished_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    output: Mapped[Any] = mapped_column(Json, nullable=True)
+    position: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    key: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    execution_id: Mapped[str] = mapped_column(Id, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)
+
+
+class FlowDayCount(Base):
+    """Executions triggered per flow per UTC day; never pruned."""
+
+    __tablename__ = "flow_day_counts"
+
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    flow_name: Mapped[str | None] = mapped_column(sa.String(200))
+    executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+
+class ComponentDayCount(Base):
+    """Steps run per component per flow per UTC day (the day the execution was triggered)."""
+
+    __tablename__ = "component_day_counts"
+
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    component_id: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)

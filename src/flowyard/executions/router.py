@@ -1,0 +1,141 @@
+"""HTTP for executions and execution counts."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+
+from flowyard.api.deps import DB, Caller, read_json
+from flowyard.api.docs import errors
+from flowyard.api.listing import PageNumber, PageSize, parse_list_query
+from flowyard.api.responses import JSONOut, Page, Single, page, single
+from flowyard.clock import utcnow
+from flowyard.errors import InvalidInput, Problem
+from flowyard.executions import service
+from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
+from flowyard.flows.service import check_id
+
+router = APIRouter()
+
+
+@router.post(
+    "/flows/{id}/executions",
+    tags=["executions"],
+    status_code=202,
+    response_model=Single[ExecutionQueued],
+    responses=errors(400, 401, 403, 404, 409, 413, 415),
+    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {"schema": {}}}}},
+    summary="Run an active flow once by hand with the posted JSON",
+)
+async def run_flow(
+    id: Annotated[str, Path(description="Flow id.")], request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    check_id(id)
+    payload = await read_json(request, required=False)
+    async with db.write() as session:
+        eid = await service.run_manually(session, caller, id, payload if payload is not None else {})
+    engine = request.app.state.engine
+    if engine is not None:
+        engine.wake_worker()
+    return single({"executionId": eid, "flowId": id, "status": "queued"}, 202)
+
+
+@router.get(
+    "/executions",
+    tags=["executions"],
+    response_model=Page[ExecutionOut],
+    responses=errors(400, 401),
+    summary="List executions, newest first",
+)
+async def list_executions(
+    request: Request,
+    db: DB,
+    caller: Caller,
+    _size: PageSize = None,
+    _number: PageNumber = None,
+    _flow: Annotated[
+        str | None, Query(alias="filter[flowId]", description="Only this flow's executions.")
+    ] = None,
+    _status: Annotated[
+        str | None,
+        Query(alias="filter[status]", description="queued, running, succeeded, failed or cancelled"),
+    ] = None,
+) -> JSONOut:
+    lq = parse_list_query(request, filters=service.EXECUTION_FILTERS)
+    async with db.read() as session:
+        rows, total = await service.list_executions(session, caller, lq)
+    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
+
+
+@router.get(
+    "/executions/{id}",
+    tags=["executions"],
+    response_model=Single[ExecutionDetail],
+    responses=errors(400, 401, 404),
+    summary="Read an execution with its step results",
+)
+async def get_execution(
+    id: Annotated[str, Path(description="Execution id.")], db: DB, caller: Caller
+) -> JSONOut:
+    async with db.read() as session:
+        e, steps = await service.get_execution(session, caller, id)
+    return single({**service.to_dict(e), "steps": [service.step_dict(s) for s in steps]})
+
+
+def _parse_day(raw: str | None, name: str, default: date, problems: list[Problem]) -> date:
+    if raw is None:
+        return default
+    try:
+        if len(raw) != 10:
+            raise ValueError
+        return date.fromisoformat(raw)
+    except ValueError:
+        problems.append(Problem(f"{name} must be a date YYYY-MM-DD.", name))
+        return default
+
+
+@router.get(
+    "/icenter/executions",
+    tags=["executions"],
+    response_model=CountsResponse,
+    responses=errors(400, 401),
+    summary="Execution counts per user, flow or component over a time frame (UTC days, inclusive)",
+)
+async def execution_counts(
+    db: DB,
+    caller: Caller,
+    start: Annotated[str | None, Query(description="YYYY-MM-DD, inclusive; default one month ago")] = None,
+    end: Annotated[str | None, Query(description="YYYY-MM-DD, inclusive; default today")] = None,
+    groupby: Annotated[str | None, Query(description="user (default), flow or component")] = None,
+) -> JSONOut:
+    problems: list[Problem] = []
+    today = utcnow().date()
+    end_day = _parse_day(end, "end", today, problems)
+    start_day = _parse_day(start, "start", _month_before(today), problems)
+    group = groupby or "user"
+    if group not in service.GROUPINGS:
+        problems.append(Problem("groupby must be user, flow or component.", "groupby"))
+    if not problems and start_day > end_day:
+        problems.append(Problem("start must not be after end.", "start"))
+    if problems:
+        raise InvalidInput(problems)
+    async with db.read() as session:
+        data, total = await service.counts(session, caller, start=start_day, end=end_day, groupby=group)
+    body: dict[str, Any] = {
+        "data": data,
+        "metadata": {"start": start_day.isoformat(), "end": end_day.isoformat(), "totalExecutions": total},
+    }
+    return JSONOut(body)
+
+
+def _month_before(day: date) -> date:
+    month = day.month - 1 or 12
+    year = day.year - (1 if day.month == 1 else 0)
+    for d in (day.day, 30, 29, 28):
+        try:
+            return date(year, month, d)
+        except ValueError:
+            continue
+    return day - timedelta(days=30)

@@ -1,0 +1,69 @@
+"""Execution and execution-count schemas."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from flowyard.clock import Timestamp
+
+ExecutionStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class Step(BaseModel):
+    nodeId: str
+    componentId: str | None = None
+    function: str | None = None
+    status: Literal["succeeded", "failed"]
+    runs: int = Field(description="How many times the node ran (once per arriving message).")
+    messagesIn: int
+    messagesOut: int
+    durationMs: float
+    startedAt: Timestamp
+    finishedAt: Timestamp
+    error: str | None = None
+    output: Any = Field(None, description="The data of the node's first few output messages.")
+
+
+class ExecutionOut(BaseModel):
+    id: str
+    flowId: str
+    tenant: str | None = None
+    user: str | None = Field(None, description="The flow's user owner.")
+    trigger: Literal["webhook", "cron", "manual"]
+    status: ExecutionStatus
+    attempts: int
+    createdAt: Timestamp
+    startedAt: Timestamp | None = None
+    finishedAt: Timestamp | None = None
+    scheduledFor: Timestamp | None = None
+    error: str | None = None
+    input: Any = None
+    result: Any = None
+
+
+class ExecutionDetail(ExecutionOut):
+    steps: list[Step]
+
+
+class ExecutionQueued(BaseModel):
+    executionId: str
+    flowId: str
+    status: Literal["queued"]
+
+
+class CountsMetadata(BaseModel):
+    start: date
+    end: date
+    totalExecutions: int
+
+
+class CountsResponse(BaseModel):
+    data: list[dict[str, Any]] = Field(
+        description="groupby=user: {_id, user, tenant, allFlows, executions, username}; "
+        "groupby=flow: {_id, flow, flowName, tenant, user, executions}; "
+        "groupby=component: {_id, component, allFlows, executions}."
+    )
+    metadata: CountsMetadata

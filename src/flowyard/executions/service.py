@@ -1,0 +1,259 @@
+"""Executions: manual runs, listing, reading, and the per-day counts. No HTTP here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.api.listing import ListQuery
+from flowyard.clock import isoformat, utcnow
+from flowyard.engine import queue
+from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
+from flowyard.executions.models import (
+    EXECUTION_STATUSES,
+    ComponentDayCount,
+    Execution,
+    ExecutionStep,
+    FlowDayCount,
+)
+from flowyard.flows import service as flows
+from flowyard.flows.models import Flow
+from flowyard.iam import permissions as perms
+from flowyard.iam.models import User
+from flowyard.iam.principal import Principal
+from flowyard.ids import is_valid_id, new_id
+
+EXECUTION_FILTERS = frozenset({"flowId", "status"})
+GROUPINGS = ("user", "flow", "component")
+
+
+def scope_clause(principal: Principal, tenant_col: Any, user_col: Any) -> sa.ColumnElement[bool]:
+    """Own tenant's data, or without a tenant the caller's own flows'; admins see all."""
+    if principal.is_admin:
+        return sa.true()
+    if principal.tenant_id:
+        clause: sa.ColumnElement[bool] = tenant_col == principal.tenant_id
+        return clause
+    return sa.and_(tenant_col.is_(None), user_col == principal.user_id)
+
+
+async def run_manually(session: AsyncSession, principal: Principal, flow_id: str, payload: Any) -> str:
+    principal.require(perms.FLOWS_UPDATE)
+    flow = await flows.get_flow(session, principal, flow_id)
+    if flow.status != "active":
+        raise Conflict(f"Flow is not active. Current status: {flow.status}")
+    eid = new_id()
+    await queue.enqueue(
+        session,
+        [
+            queue.NewExecution(
+                id=eid,
+                flow_id=flow.id,
+                flow_version=flow.version,
+                flow_name=flow.name,
+                tenant=flow.tenant,
+                owner_user=queue.owner_user_of(flow.owners),
+                trigger="manual",
+                input=payload,
+                created_at=utcnow(),
+            )
+        ],
+    )
+    return eid
+
+
+def to_dict(e: Execution) -> dict[str, Any]:
+    ts = lambda v: isoformat(v) if v is not None else None  # noqa: E731
+    return {
+        "id": e.id,
+        "flowId": e.flow_id,
+        "tenant": e.tenant,
+        "user": e.owner_user,
+        "trigger": e.trigger,
+        "status": e.status,
+        "attempts": e.attempts,
+        "createdAt": isoformat(e.created_at),
+        "startedAt": ts(e.started_at),
+        "finishedAt": ts(e.finished_at),
+        "scheduledFor": ts(e.scheduled_for),
+        "error": e.error,
+        "input": e.input,
+        "result": e.result,
+    }
+
+
+def step_dict(s: ExecutionStep) -> dict[str, Any]:
+    return {
+        "nodeId": s.node_id,
+        "componentId": s.component_id,
+        "function": s.function,
+        "status": s.status,
+        "runs": s.runs,
+        "messagesIn": s.messages_in,
+        "messagesOut": s.messages_out,
+        "durationMs": s.duration_ms,
+        "startedAt": isoformat(s.started_at),
+        "finishedAt": isoformat(s.finished_at),
+        "error": s.error,
+        "output": s.output,
+    }
+
+
+async def list_executions(
+    session: AsyncSession, principal: Principal, lq: ListQuery
+) -> tuple[Sequence[Execution], int]:
+    where = [scope_clause(principal, Execution.tenant, Execution.owner_user)]
+    problems = []
+    if "flowId" in lq.filters:
+        if not is_valid_id(lq.filters["flowId"]):
+            problems.append(
+                Problem("filter[flowId] must be a flow id (24 hex characters).", "filter[flowId]")
+            )
+        where.append(Execution.flow_id == lq.filters["flowId"])
+    if "status" in lq.filters:
+        if lq.filters["status"] not in EXECUTION_STATUSES:
+            problems.append(
+                Problem(f"filter[status] must be one of {', '.join(EXECUTION_STATUSES)}.", "filter[status]")
+            )
+        where.append(Execution.status == lq.filters["status"])
+    if problems:
+        raise InvalidInput(problems)
+    total = await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(*where)) or 0
+    rows = (
+        await session.scalars(
+            sa.select(Execution).where(*where).order_by(Execution.id.desc()).limit(lq.size).offset(lq.offset)
+        )
+    ).all()
+    return rows, total
+
+
+async def get_execution(
+    session: AsyncSession, principal: Principal, execution_id: str
+) -> tuple[Execution, Sequence[ExecutionStep]]:
+    if not is_valid_id(execution_id):
+        raise InvalidInput(
+            f"Invalid execution id {execution_id[:64]!r}: expected 24 hex characters.", field="id"
+        )
+    e = await session.scalar(
+        sa.select(Execution).where(
+            Execution.id == execution_id, scope_clause(principal, Execution.tenant, Execution.owner_user)
+        )
+    )
+    if e is None:
+        raise NotFound(f"Execution {execution_id} not found.")
+    steps = (
+        await session.scalars(
+            sa.select(ExecutionStep)
+            .where(ExecutionStep.execution_id == e.id)
+            .order_by(ExecutionStep.position)
+        )
+    ).all()
+    return e, steps
+
+
+async def counts(
+    session: AsyncSession, principal: Principal, *, start: date, end: date, groupby: str
+) -> tuple[list[dict[str, Any]], int]:
+    """Execution counts from the per-day counters (cheap whatever the history's size)."""
+    if groupby == "component":
+        t: Any = ComponentDayCount
+        scope = scope_clause(principal, t.tenant, t.user_id)
+        rows = (
+            await session.execute(
+                sa.select(t.component_id, t.flow_id, sa.func.sum(t.steps))
+                .where(t.day >= start, t.day <= end, scope)
+                .group_by(t.component_id, t.flow_id)
+            )
+        ).all()
+        agg: dict[str, dict[str, Any]] = {}
+        for cid, fid, n in rows:
+            rec = agg.setdefault(cid, {"_id": cid, "component": cid, "allFlows": [], "executions": 0})
+            rec["allFlows"].append(fid)
+            rec["executions"] += int(n)
+        total = await _total(session, principal, start, end)
+        return _sorted(agg.values()), total
+    f: Any = FlowDayCount
+    scope = scope_clause(principal, f.tenant, f.user_id)
+    rows = (
+        await session.execute(
+            sa.select(
+                f.flow_id,
+                sa.func.max(f.tenant),
+                sa.func.max(f.user_id),
+                sa.func.max(f.flow_name),
+                sa.func.sum(f.executions),
+            )
+            .where(f.day >= start, f.day <= end, scope)
+            .group_by(f.flow_id)
+        )
+    ).all()
+    total = sum(int(r[4]) for r in rows)
+    if groupby == "flow":
+        names = (
+            dict(
+                (
+                    await session.execute(
+                        sa.select(Flow.id, Flow.name).where(Flow.id.in_([r[0] for r in rows]))
+                    )
+                )
+                .tuples()
+                .all()
+            )
+            if rows
+            else {}
+        )
+        return _sorted(
+            {
+                "_id": fid,
+                "flow": fid,
+                "flowName": names.get(fid, name),
+                "tenant": tenant,
+                "user": user,
+                "executions": int(n),
+            }
+            for fid, tenant, user, name, n in rows
+        ), total
+    by_user: dict[str, dict[str, Any]] = {}
+    for fid, tenant, user, _name, n in rows:
+        key = user or ""
+        if key not in by_user:
+            by_user[key] = {"_id": key, "user": key, "tenant": tenant, "allFlows": [], "executions": 0}
+        by_user[key]["allFlows"].append(fid)
+        by_user[key]["executions"] += int(n)
+    ids = [k for k in by_user if is_valid_id(k)]
+    usernames = (
+        dict(
+            (await session.execute(sa.select(User.id, User.username).where(User.id.in_(ids)))).tuples().all()
+        )
+        if ids
+        else {}
+    )
+    for key, rec in by_user.items():
+        rec["username"] = usernames.get(key, key or "unknown")
+        rec["allFlows"].sort()
+    return _sorted(by_user.values()), total
+
+
+async def _total(session: AsyncSession, principal: Principal, start: date, end: date) -> int:
+    f: Any = FlowDayCount
+    return int(
+        await session.scalar(
+            sa.select(sa.func.coalesce(sa.func.sum(f.executions), 0)).where(
+                f.day >= start, f.day <= end, scope_clause(principal, f.tenant, f.user_id)
+            )
+        )
+        or 0
+    )
+
+
+def _sorted(records: Any) -> list[dict[str, Any]]:
+    out = list(records)
+    for rec in out:
+        if "allFlows" in rec:
+            rec["allFlows"].sort()
+    out.sort(key=lambda r: (-r["executions"], r["_id"]))
+    return out

@@ -1,0 +1,55 @@
+"""HTTP for logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from flowyard.api.deps import DB, Caller
+from flowyard.api.docs import errors
+from flowyard.api.listing import PageNumber, PageSize, parse_list_query
+from flowyard.api.responses import JSONOut, Page, page
+from flowyard.errors import InvalidInput, Problem
+from flowyard.logs import service
+from flowyard.logs.schemas import LogEntryOut
+
+router = APIRouter(tags=["logs"])
+
+
+@router.get(
+    "/logs",
+    response_model=Page[LogEntryOut],
+    responses=errors(400, 401, 403),
+    summary="Step logs, newest first",
+)
+async def get_logs(
+    request: Request,
+    db: DB,
+    caller: Caller,
+    _tenant: Annotated[
+        str, Query(alias="filter[tenant]", description="Required: the tenant whose logs to read.")
+    ],
+    _flow: Annotated[str | None, Query(alias="filter[flowId]")] = None,
+    _step: Annotated[str | None, Query(alias="filter[stepId]", description="A node id.")] = None,
+    _execution: Annotated[str | None, Query(alias="filter[executionId]")] = None,
+    showErrors: Annotated[
+        str | None, Query(description="true/1/yes: only level error; false/0/no: all")
+    ] = None,
+    from_: Annotated[str | None, Query(alias="from", description="ISO timestamp, inclusive")] = None,
+    to: Annotated[str | None, Query(description="ISO timestamp, inclusive")] = None,
+    _size: PageSize = None,
+    _number: PageNumber = None,
+) -> JSONOut:
+    lq = parse_list_query(request, filters=service.LOG_FILTERS)
+    problems: list[Problem] = []
+    errors_only = service.parse_bool(showErrors, "showErrors", problems)
+    since = service.parse_time(from_, "from", problems)
+    until = service.parse_time(to, "to", problems)
+    if problems:
+        raise InvalidInput(problems)
+    async with db.read() as session:
+        rows, total = await service.query_logs(
+            session, caller, lq, errors_only=errors_only, since=since, until=until
+        )
+    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
