@@ -230,8 +230,14 @@ def flow_body(name: str = "My flow", **extra: Any) -> dict[str, Any]:
 def engine_settings(tmp_path: Path, db_url: str) -> Settings:
     """Settings for tests that run the engine: short intervals, no long sleeps."""
     return Settings(
-        data_dir=tmp_path, database_url=db_url, poll_interval=0.05, scheduler_interval=0.2, lease_seconds=5,
-        stop_grace_seconds=2, step_timeout=5, webhook_group_commit_ms=1,
+        data_dir=tmp_path,
+        database_url=db_url,
+        poll_interval=0.05,
+        scheduler_interval=0.2,
+        lease_seconds=5,
+        stop_grace_seconds=2,
+        step_timeout=5,
+        webhook_group_commit_ms=1,
     )
 
 

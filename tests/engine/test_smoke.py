@@ -11,7 +11,9 @@ async def test_webhook_runs_flow(engine_client: httpx.AsyncClient, admin: Accoun
     assert (await c.post(f"/flows/{flow['id']}/start", headers=admin.headers)).status_code == 200
 
     async def active() -> bool:
-        return (await c.get(f"/flows/{flow['id']}", headers=admin.headers)).json()["data"]["status"] == "active"
+        return (await c.get(f"/flows/{flow['id']}", headers=admin.headers)).json()["data"][
+            "status"
+        ] == "active"
 
     await wait_until(active)
     r = await c.post(f"/webhooks/{flow['id']}", json={"order": 1})

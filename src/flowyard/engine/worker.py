@@ -210,7 +210,9 @@ class Worker:
             del self._outcomes[: len(batch)]
         lost = [o.execution_id for o in batch if o.execution_id not in held]
         if lost:
-            log.warning("dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5])
+            log.warning(
+                "dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5]
+            )
         self.completed += len(batch) - len(lost)
         self.hub.notify(o.execution_id for o in batch)
 

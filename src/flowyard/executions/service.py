@@ -199,9 +199,7 @@ async def counts(
                     await session.execute(
                         sa.select(Flow.id, Flow.name).where(Flow.id.in_([r[0] for r in rows]))
                     )
-                )
-                .tuples()
-                .all()
+                ).all()
             )
             if rows
             else {}
@@ -226,9 +224,7 @@ async def counts(
         by_user[key]["executions"] += int(n)
     ids = [k for k in by_user if is_valid_id(k)]
     usernames = (
-        dict(
-            (await session.execute(sa.select(User.id, User.username).where(User.id.in_(ids)))).tuples().all()
-        )
+        dict((await session.execute(sa.select(User.id, User.username).where(User.id.in_(ids)))).all())
         if ids
         else {}
     )

@@ -262,7 +262,7 @@ async def roles_of(session: AsyncSession, user_ids: Sequence[str]) -> dict[str, 
         .where(UserRole.user_id.in_(user_ids))
         .order_by(Role.id)
     )
-    for user_id, role in rows.tuples():
+    for user_id, role in rows:
         out[user_id].append(role)
     return out
 

@@ -209,7 +209,9 @@ async def accept_batch(
             sa.delete(IdempotencyKey).where(IdempotencyKey.flow_id == flow_id, IdempotencyKey.key == idem_key)
         )
         session.add(
-            IdempotencyKey(flow_id=flow_id, key=key, request_hash=body_hash, execution_id=eid, created_at=now)
+            IdempotencyKey(
+                flow_id=flow_id, key=idem_key, request_hash=body_hash, execution_id=eid, created_at=now
+            )
         )
     await session.flush()
     return out
