@@ -255,14 +255,14 @@ async def engine_client(engine_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]
         yield c
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Poll an async predicate until it returns something truthy; fail after ``timeout``."""
+async def wait_until(predicate: Any, within: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll an async predicate until it returns something truthy; fail after ``within`` seconds."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while True:
         value = await predicate()
         if value:
             return value
         if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
+            raise AssertionError(f"condition not met within {within} s (last value {value!r})")
         await asyncio.sleep(interval)

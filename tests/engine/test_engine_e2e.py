@@ -318,7 +318,7 @@ async def test_stop_cancels_what_outlives_the_grace_period(engine_client: Client
         flow = (await c.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]
         return flow if flow["status"] == "inactive" else None
 
-    flow = await wait_until(inactive, timeout=8)
+    flow = await wait_until(inactive, within=8)
     assert "cancelled" in flow["statusMessage"]
     e = await finished(c, admin, eid)
     assert e["status"] == "cancelled" and "grace" in e["error"]
@@ -340,7 +340,7 @@ async def test_cron_fires_each_second_once(engine_client: Client, admin: Account
         ).json()["data"]
         return data if len(data) >= 2 else None
 
-    runs = await wait_until(two_runs, timeout=6)
+    runs = await wait_until(two_runs, within=6)
     await c.post(f"/flows/{fid}/stop", headers=admin.headers)
     ticks = [e["scheduledFor"] for e in runs]
     assert len(set(ticks)) == len(ticks)
