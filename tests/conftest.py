@@ -99,20 +99,17 @@ def registry() -> Registry:
     return Registry.load()
 
 
-_DATABASES: dict[str, Database] = {}
-
-
 @pytest.fixture
 async def db(db_url: str) -> AsyncIterator[Database]:
     database = Database(db_url)
-    await _truncate(database)
+    await truncate(database)
     try:
         yield database
     finally:
         await database.dispose()
 
 
-async def _truncate(database: Database) -> None:
+async def truncate(database: Database) -> None:
     tables = list(reversed(metadata.sorted_tables))
     async with database.write() as session:
         if database.is_sqlite:
