@@ -1,7 +1,8 @@
 """JSONata expressions: compiled once per flow version, evaluated per message.
 
-The library is jsonata-python (a maintained port of the reference
-implementation); docs/engine.md has the comparison with jsonatapy.
+The library is jsonatapy (a Rust implementation with Python bindings): on the
+expressions of bench/jsonata_compare.py it gives the same results as the
+pure-Python port jsonata-python at about 60x the speed (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-import jsonata
+import jsonatapy
 
 
 class ExpressionError(Exception):
@@ -23,8 +24,8 @@ class Expression:
     def __init__(self, text: str) -> None:
         self.text = text
         try:
-            self._compiled = jsonata.Jsonata(text)
-        except Exception as exc:  # the library raises its own JException and sometimes others
+            self._compiled = jsonatapy.compile(text)
+        except Exception as exc:  # ValueError with the JSONata error code, sometimes others
             raise ExpressionError(f"invalid JSONata {text!r}: {exc}") from None
 
     def evaluate(self, data: Any) -> Any:
