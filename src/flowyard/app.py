@@ -24,6 +24,8 @@ from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
+from flowyard.templates import router as templates_router
+from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 
 log = logging.getLogger("flowyard")
 
@@ -31,6 +33,8 @@ log = logging.getLogger("flowyard")
 # ourselves); their schemas are added to the OpenAPI components here.
 _BODY_MODELS: list[type[BaseModel]] = [
     MutableFlow,
+    MutableFlowTemplate,
+    FlowFromTemplate,
     iam_schemas.Login,
     iam_schemas.TokenCreate,
     iam_schemas.Introspect,
@@ -84,7 +88,7 @@ def create_app(
         app.state.db = db
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (health, iam_router, flows_router, components_router):
+    for module in (health, iam_router, flows_router, templates_router, components_router):
         app.include_router(module.router)
     _install_openapi(app)
     return app
