@@ -15,7 +15,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.clock import utcnow
+from flowyard.clock import as_utc, utcnow
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem, Unauthorized
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import Role, Tenant, Token, User, UserRole
@@ -50,6 +50,24 @@ def hash_token(token: str) -> str:
 
 def _new_token_text() -> str:
     return "fy_" + secrets.token_urlsafe(32)  # 256 bits
+
+
+def check_id(value: str, what: str) -> None:
+    """A malformed id is a bad request (400), not an unknown object (404)."""
+    if not is_valid_id(value):
+        raise InvalidInput(f"Invalid {what} id {value[:64]!r}: expected 24 hex characters.", field="id")
+
+
+def narrow(granted: frozenset[str], token_permissions: list[str] | None) -> frozenset[str]:
+    """What a token may do: its listed permissions that its user holds.
+
+    Matched by implication, not by set intersection, so a token narrowed to
+    ``tenant.flows.read`` works for a user who holds it through ``all`` or
+    ``tenant.all``.
+    """
+    if token_permissions is None:
+        return granted
+    return frozenset(p for p in token_permissions if perms.implied(granted, p))
 
 
 def check_permissions(values: Iterable[str], field: str = "permissions") -> list[str]:
@@ -98,9 +116,7 @@ async def authenticate(session: AsyncSession, token_text: str, *, session_ttl: f
     slide = token.kind == "session" and (
         token.expires_at is None or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
     )
-    granted = await effective_permissions(session, user)
-    if token.permissions is not None:
-        granted = granted & frozenset(token.permissions)
+    granted = narrow(await effective_permissions(session, user), token.permissions)
     return Principal(user.id, user.username, user.tenant_id, granted, token.id), slide
 
 
@@ -175,6 +191,9 @@ async def create_api_token(
     user = await session.get(User, owner_id)
     if user is None:
         raise NotFound(f"User {owner_id} not found.")
+    if expires_at is not None:
+        # A timestamp without a zone is taken as UTC rather than failing to compare.
+        expires_at = as_utc(expires_at)
     if expires_at is not None and expires_at <= utcnow():
         raise InvalidInput("expiresAt must be in the future.", field="expiresAt")
     if permissions is not None:
@@ -200,7 +219,8 @@ async def list_tokens(session: AsyncSession, principal: Principal) -> Sequence[T
 
 
 async def delete_token(session: AsyncSession, principal: Principal, token_id: str) -> None:
-    token = await session.get(Token, token_id) if is_valid_id(token_id) else None
+    check_id(token_id, "token")
+    token = await session.get(Token, token_id)
     if token is None or (token.user_id != principal.user_id and not principal.is_admin):
         raise NotFound(f"Token {token_id} not found.")
     await session.delete(token)
@@ -219,9 +239,7 @@ async def introspect(session: AsyncSession, token_text: str) -> tuple[Token, Use
     token, user = row
     if token.expires_at is not None and token.expires_at <= utcnow():
         return None
-    granted = await effective_permissions(session, user)
-    if token.permissions is not None:
-        granted = granted & frozenset(token.permissions)
+    granted = narrow(await effective_permissions(session, user), token.permissions)
     return token, user, granted
 
 
@@ -243,7 +261,8 @@ def visible_users_clause(principal: Principal) -> sa.ColumnElement[bool]:
 
 
 async def get_user(session: AsyncSession, principal: Principal, user_id: str) -> User:
-    user = await session.get(User, user_id) if is_valid_id(user_id) else None
+    check_id(user_id, "user")
+    user = await session.get(User, user_id)
     if user is None or not user_visible(principal, user):
         raise NotFound(f"User {user_id} not found.")
     return user
@@ -259,7 +278,7 @@ async def roles_of(session: AsyncSession, user_ids: Sequence[str]) -> dict[str, 
         .where(UserRole.user_id.in_(user_ids))
         .order_by(Role.id)
     )
-    for user_id, role in rows.tuples():
+    for user_id, role in rows:
         out[user_id].append(role)
     return out
 
@@ -321,12 +340,12 @@ async def create_user(
 ) -> User:
     """Create an account. ``principal`` is None for the CLI and first start."""
     username = username.strip().lower()
+    perm_list = check_permissions(permissions)
     if principal is not None:
         principal.require(perms.ACCOUNT_CREATE)
         if not principal.is_admin and tenant_id != principal.tenant_id:
             raise Forbidden("You can only create users in your own tenant.")
-        _require_grantable(principal, permissions)
-    perm_list = check_permissions(permissions)
+        _require_grantable(principal, perm_list)
     if status not in USER_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(USER_STATUSES)}.", field="status")
     await _check_tenant(session, tenant_id)
@@ -358,6 +377,10 @@ async def update_user(
     session: AsyncSession, principal: Principal, user_id: str, changes: dict[str, object]
 ) -> User:
     user = await get_user(session, principal, user_id)
+    not_nullable = ("password", "firstname", "lastname", "permissions", "roles", "status", "confirmed")
+    nulls = [Problem(f"{name}: must not be null", name) for name in not_nullable if name in changes and changes[name] is None]
+    if nulls:
+        raise InvalidInput(nulls)
     self_edit = user.id == principal.user_id and set(changes) <= {"firstname", "lastname", "password", "img"}
     if not self_edit:
         principal.require(perms.ACCOUNT_UPDATE)
@@ -380,7 +403,7 @@ async def update_user(
     if "status" in changes:
         if changes["status"] not in USER_STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(USER_STATUSES)}.", field="status")
-        user.status = changes["status"]  # type: ignore[assignment]
+        user.status = changes["status"]
         if user.status == "DISABLED":
             await session.execute(sa.delete(Token).where(Token.user_id == user.id))
     if "password" in changes:
@@ -467,6 +490,7 @@ async def create_role(
     principal: Principal | None = None,
 ) -> Role:
     """A role in a tenant (``scope``), or a global one (admins and the CLI only)."""
+    perm_list = check_permissions(permissions)
     if principal is not None:
         principal.require(perms.ROLES_CREATE)
         if not principal.is_admin:
@@ -475,8 +499,7 @@ async def create_role(
             scope = principal.tenant_id
             if scope is None:
                 raise Forbidden("Only an administrator can create global roles.")
-            _require_grantable(principal, permissions)
-    perm_list = check_permissions(permissions)
+            _require_grantable(principal, perm_list)
     name = name.strip()
     if not name or len(name) > 200:
         raise InvalidInput("name must be 1 to 200 characters.", field="name")
@@ -517,7 +540,8 @@ async def list_roles(session: AsyncSession, principal: Principal) -> Sequence[Ro
 
 async def get_role(session: AsyncSession, principal: Principal, role_id: str) -> Role:
     principal.require(perms.ROLES_READ)
-    role = await session.get(Role, role_id) if is_valid_id(role_id) else None
+    check_id(role_id, "role")
+    role = await session.get(Role, role_id)
     if role is None or not role_visible(principal, role):
         raise NotFound(f"Role {role_id} not found.")
     return role
