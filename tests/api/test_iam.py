@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import stat
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -10,6 +12,7 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
+from flowyard.iam import service as iam
 from flowyard.iam.models import Token
 from tests.conftest import Account, Factory
 
@@ -264,8 +267,6 @@ async def test_user_listing_shapes(client: httpx.AsyncClient, admin: Account, fa
 async def test_user_fields(client: httpx.AsyncClient, admin: Account, factory: Factory) -> None:
     tenant = await factory.tenant()
     async with factory.db.write() as session:
-        from flowyard.iam import service as iam
-
         role = await iam.create_role(session, name="viewers", permissions=["tenant.flows.read"], scope=tenant)
         role_id = role.id
     r = await client.post(
@@ -482,3 +483,22 @@ async def test_roles(client: httpx.AsyncClient, admin: Account, factory: Factory
     r = await client.delete(f"/roles/{ops['id']}", headers=lead.headers)
     assert (r.status_code, r.json()) == (200, {})
     assert (await client.get(f"/roles/{ops['id']}", headers=lead.headers)).status_code == 404
+
+
+async def test_first_admin_gets_a_private_password_file(
+    client: httpx.AsyncClient, db: Database, tmp_path: Path
+) -> None:
+    path = tmp_path / "initial-admin-password"
+    path.write_text("stale")
+    path.chmod(0o644)
+    async with db.write() as session:
+        name = await iam.ensure_first_admin(session, username=None, password=None, data_dir=tmp_path)
+    assert name == "admin@flowyard.local"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    lines = dict(line.split(": ", 1) for line in path.read_text().splitlines())
+    r = await login(client, lines["username"], lines["password"])
+    assert r.status_code == 200
+    async with db.write() as session:
+        assert (
+            await iam.ensure_first_admin(session, username="x@y.z", password="pw", data_dir=tmp_path) is None
+        )

@@ -55,7 +55,9 @@ class UserOut(BaseModel):
 class UserCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    username: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="An e-mail address.")
+    username: str = Field(
+        min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="An e-mail address."
+    )
     password: str = Field(min_length=8, max_length=1024)
     firstname: str = Field("", max_length=200)
     lastname: str = Field("", max_length=200)
@@ -99,7 +101,9 @@ class RoleCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     permissions: list[str] = Field(default_factory=list)
     description: str | None = Field(None, max_length=2000)
-    scope: str | None = Field(None, description="Tenant id; omitted: the caller's tenant, or global for admins.")
+    scope: str | None = Field(
+        None, description="Tenant id; omitted: the caller's tenant, or global for admins."
+    )
 
 
 class RoleUpdate(BaseModel):

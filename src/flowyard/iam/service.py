@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -88,7 +89,9 @@ def check_permissions(values: Iterable[str], field: str = "permissions") -> list
 
 async def effective_permissions(session: AsyncSession, user: User) -> frozenset[str]:
     rows = await session.scalars(
-        sa.select(Role.permissions).join(UserRole, UserRole.role_id == Role.id).where(UserRole.user_id == user.id)
+        sa.select(Role.permissions)
+        .join(UserRole, UserRole.role_id == Role.id)
+        .where(UserRole.user_id == user.id)
     )
     granted = set(user.permissions or [])
     for role_perms in rows:
@@ -96,14 +99,16 @@ async def effective_permissions(session: AsyncSession, user: User) -> frozenset[
     return frozenset(granted)
 
 
-async def authenticate(session: AsyncSession, token_text: str, *, session_ttl: float) -> tuple[Principal, bool]:
+async def authenticate(
+    session: AsyncSession, token_text: str, *, session_ttl: float
+) -> tuple[Principal, bool]:
     """Resolve a bearer token. The flag says a session token's expiry should slide."""
     now = utcnow()
     row = (
         await session.execute(
-            sa.select(Token, User).join(User, User.id == Token.user_id).where(
-                Token.token_hash == hash_token(token_text)
-            )
+            sa.select(Token, User)
+            .join(User, User.id == Token.user_id)
+            .where(Token.token_hash == hash_token(token_text))
         )
     ).first()
     if row is None:
@@ -114,7 +119,8 @@ async def authenticate(session: AsyncSession, token_text: str, *, session_ttl: f
     if user.status == "DISABLED":
         raise Unauthorized("Account disabled.")
     slide = token.kind == "session" and (
-        token.expires_at is None or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
+        token.expires_at is None
+        or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
     )
     granted = narrow(await effective_permissions(session, user), token.permissions)
     return Principal(user.id, user.username, user.tenant_id, granted, token.id), slide
@@ -129,7 +135,9 @@ async def slide_session(session: AsyncSession, token_id: str, *, session_ttl: fl
     )
 
 
-async def login(session: AsyncSession, username: str, password: str, *, session_ttl: float) -> tuple[Token, str]:
+async def login(
+    session: AsyncSession, username: str, password: str, *, session_ttl: float
+) -> tuple[Token, str]:
     user = await session.scalar(sa.select(User).where(User.username == username.strip().lower()))
     if user is None:
         verify_password(None, password)
@@ -142,9 +150,7 @@ async def login(session: AsyncSession, username: str, password: str, *, session_
     now = utcnow()
     user.failed_login_attempts = 0
     user.last_login = now
-    return await _issue_token(
-        session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl)
-    )
+    return await _issue_token(session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl))
 
 
 async def _issue_token(
@@ -212,9 +218,7 @@ async def create_api_token(
 
 async def list_tokens(session: AsyncSession, principal: Principal) -> Sequence[Token]:
     return (
-        await session.scalars(
-            sa.select(Token).where(Token.user_id == principal.user_id).order_by(Token.id)
-        )
+        await session.scalars(sa.select(Token).where(Token.user_id == principal.user_id).order_by(Token.id))
     ).all()
 
 
@@ -229,9 +233,9 @@ async def delete_token(session: AsyncSession, principal: Principal, token_id: st
 async def introspect(session: AsyncSession, token_text: str) -> tuple[Token, User, frozenset[str]] | None:
     row = (
         await session.execute(
-            sa.select(Token, User).join(User, User.id == Token.user_id).where(
-                Token.token_hash == hash_token(token_text)
-            )
+            sa.select(Token, User)
+            .join(User, User.id == Token.user_id)
+            .where(Token.token_hash == hash_token(token_text))
         )
     ).first()
     if row is None:
@@ -378,7 +382,11 @@ async def update_user(
 ) -> User:
     user = await get_user(session, principal, user_id)
     not_nullable = ("password", "firstname", "lastname", "permissions", "roles", "status", "confirmed")
-    nulls = [Problem(f"{name}: must not be null", name) for name in not_nullable if name in changes and changes[name] is None]
+    nulls = [
+        Problem(f"{name}: must not be null", name)
+        for name in not_nullable
+        if name in changes and changes[name] is None
+    ]
     if nulls:
         raise InvalidInput(nulls)
     self_edit = user.id == principal.user_id and set(changes) <= {"firstname", "lastname", "password", "img"}
@@ -505,7 +513,9 @@ async def create_role(
         raise InvalidInput("name must be 1 to 200 characters.", field="name")
     await _check_tenant(session, scope)
     exists = await session.scalar(
-        sa.select(Role.id).where(Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope)
+        sa.select(Role.id).where(
+            Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope
+        )
     )
     if exists:
         raise Conflict(f"A role named {name} already exists there.")
@@ -525,8 +535,10 @@ async def create_role(
 
 
 def role_visible(principal: Principal, role: Role) -> bool:
-    return principal.is_admin or role.is_global or (
-        principal.tenant_id is not None and role.scope == principal.tenant_id
+    return (
+        principal.is_admin
+        or role.is_global
+        or (principal.tenant_id is not None and role.scope == principal.tenant_id)
     )
 
 
@@ -581,6 +593,17 @@ async def delete_role(session: AsyncSession, principal: Principal, role_id: str)
 # -- first start -----------------------------------------------------------------
 
 
+def _write_password_file(data_dir: Path, username: str, password: str) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "initial-admin-password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # An older file keeps its mode on O_CREAT; narrow it before the secret is written.
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"username: {username}\npassword: {password}\n")
+    return path
+
+
 async def ensure_first_admin(
     session: AsyncSession, *, username: str | None, password: str | None, data_dir: Path
 ) -> str | None:
@@ -590,12 +613,7 @@ async def ensure_first_admin(
     username = (username or "admin@flowyard.local").strip().lower()
     if not password:
         password = secrets.token_urlsafe(18)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path = data_dir / "initial-admin-password"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"username: {username}\npassword: {password}\n")
-        os.chmod(path, 0o600)
+        path = await asyncio.to_thread(_write_password_file, data_dir, username, password)
         log.warning("created administrator %s; its generated password is in %s", username, path)
     else:
         log.info("created administrator %s from FLOWYARD_ADMIN_USERNAME/PASSWORD", username)
