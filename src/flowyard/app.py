@@ -26,6 +26,8 @@ from flowyard.flows.schemas import MutableFlow
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.logs import router as logs_router
+from flowyard.templates import router as templates_router
+from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 from flowyard.webhooks import router as webhooks_router
 from flowyard.webhooks.service import WebhookBatcher
 
@@ -35,6 +37,8 @@ log = logging.getLogger("flowyard")
 # ourselves); their schemas are added to the OpenAPI components here.
 _BODY_MODELS: list[type[BaseModel]] = [
     MutableFlow,
+    MutableFlowTemplate,
+    FlowFromTemplate,
     iam_schemas.Login,
     iam_schemas.TokenCreate,
     iam_schemas.Introspect,
@@ -99,6 +103,7 @@ def create_app(
         health,
         iam_router,
         flows_router,
+        templates_router,
         executions_router,
         webhooks_router,
         logs_router,

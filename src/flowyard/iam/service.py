@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -15,7 +16,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.clock import utcnow
+from flowyard.clock import as_utc, utcnow
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem, Unauthorized
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import Role, Tenant, Token, User, UserRole
@@ -50,6 +51,24 @@ def hash_token(token: str) -> str:
 
 def _new_token_text() -> str:
     return "fy_" + secrets.token_urlsafe(32)  # 256 bits
+
+
+def check_id(value: str, what: str) -> None:
+    """A malformed id is a bad request (400), not an unknown object (404)."""
+    if not is_valid_id(value):
+        raise InvalidInput(f"Invalid {what} id {value[:64]!r}: expected 24 hex characters.", field="id")
+
+
+def narrow(granted: frozenset[str], token_permissions: list[str] | None) -> frozenset[str]:
+    """What a token may do: its listed permissions that its user holds.
+
+    Matched by implication, not by set intersection, so a token narrowed to
+    ``tenant.flows.read`` works for a user who holds it through ``all`` or
+    ``tenant.all``.
+    """
+    if token_permissions is None:
+        return granted
+    return frozenset(p for p in token_permissions if perms.implied(granted, p))
 
 
 def check_permissions(values: Iterable[str], field: str = "permissions") -> list[str]:
@@ -103,9 +122,7 @@ async def authenticate(
         token.expires_at is None
         or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
     )
-    granted = await effective_permissions(session, user)
-    if token.permissions is not None:
-        granted = granted & frozenset(token.permissions)
+    granted = narrow(await effective_permissions(session, user), token.permissions)
     return Principal(user.id, user.username, user.tenant_id, granted, token.id), slide
 
 
@@ -180,6 +197,9 @@ async def create_api_token(
     user = await session.get(User, owner_id)
     if user is None:
         raise NotFound(f"User {owner_id} not found.")
+    if expires_at is not None:
+        # A timestamp without a zone is taken as UTC rather than failing to compare.
+        expires_at = as_utc(expires_at)
     if expires_at is not None and expires_at <= utcnow():
         raise InvalidInput("expiresAt must be in the future.", field="expiresAt")
     if permissions is not None:
@@ -203,7 +223,8 @@ async def list_tokens(session: AsyncSession, principal: Principal) -> Sequence[T
 
 
 async def delete_token(session: AsyncSession, principal: Principal, token_id: str) -> None:
-    token = await session.get(Token, token_id) if is_valid_id(token_id) else None
+    check_id(token_id, "token")
+    token = await session.get(Token, token_id)
     if token is None or (token.user_id != principal.user_id and not principal.is_admin):
         raise NotFound(f"Token {token_id} not found.")
     await session.delete(token)
@@ -222,9 +243,7 @@ async def introspect(session: AsyncSession, token_text: str) -> tuple[Token, Use
     token, user = row
     if token.expires_at is not None and token.expires_at <= utcnow():
         return None
-    granted = await effective_permissions(session, user)
-    if token.permissions is not None:
-        granted = granted & frozenset(token.permissions)
+    granted = narrow(await effective_permissions(session, user), token.permissions)
     return token, user, granted
 
 
@@ -246,7 +265,8 @@ def visible_users_clause(principal: Principal) -> sa.ColumnElement[bool]:
 
 
 async def get_user(session: AsyncSession, principal: Principal, user_id: str) -> User:
-    user = await session.get(User, user_id) if is_valid_id(user_id) else None
+    check_id(user_id, "user")
+    user = await session.get(User, user_id)
     if user is None or not user_visible(principal, user):
         raise NotFound(f"User {user_id} not found.")
     return user
@@ -324,12 +344,12 @@ async def create_user(
 ) -> User:
     """Create an account. ``principal`` is None for the CLI and first start."""
     username = username.strip().lower()
+    perm_list = check_permissions(permissions)
     if principal is not None:
         principal.require(perms.ACCOUNT_CREATE)
         if not principal.is_admin and tenant_id != principal.tenant_id:
             raise Forbidden("You can only create users in your own tenant.")
-        _require_grantable(principal, permissions)
-    perm_list = check_permissions(permissions)
+        _require_grantable(principal, perm_list)
     if status not in USER_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(USER_STATUSES)}.", field="status")
     await _check_tenant(session, tenant_id)
@@ -361,6 +381,14 @@ async def update_user(
     session: AsyncSession, principal: Principal, user_id: str, changes: dict[str, object]
 ) -> User:
     user = await get_user(session, principal, user_id)
+    not_nullable = ("password", "firstname", "lastname", "permissions", "roles", "status", "confirmed")
+    nulls = [
+        Problem(f"{name}: must not be null", name)
+        for name in not_nullable
+        if name in changes and changes[name] is None
+    ]
+    if nulls:
+        raise InvalidInput(nulls)
     self_edit = user.id == principal.user_id and set(changes) <= {"firstname", "lastname", "password", "img"}
     if not self_edit:
         principal.require(perms.ACCOUNT_UPDATE)
@@ -383,7 +411,7 @@ async def update_user(
     if "status" in changes:
         if changes["status"] not in USER_STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(USER_STATUSES)}.", field="status")
-        user.status = str(changes["status"])
+        user.status = changes["status"]
         if user.status == "DISABLED":
             await session.execute(sa.delete(Token).where(Token.user_id == user.id))
     if "password" in changes:
@@ -470,6 +498,7 @@ async def create_role(
     principal: Principal | None = None,
 ) -> Role:
     """A role in a tenant (``scope``), or a global one (admins and the CLI only)."""
+    perm_list = check_permissions(permissions)
     if principal is not None:
         principal.require(perms.ROLES_CREATE)
         if not principal.is_admin:
@@ -478,8 +507,7 @@ async def create_role(
             scope = principal.tenant_id
             if scope is None:
                 raise Forbidden("Only an administrator can create global roles.")
-            _require_grantable(principal, permissions)
-    perm_list = check_permissions(permissions)
+            _require_grantable(principal, perm_list)
     name = name.strip()
     if not name or len(name) > 200:
         raise InvalidInput("name must be 1 to 200 characters.", field="name")
@@ -524,7 +552,8 @@ async def list_roles(session: AsyncSession, principal: Principal) -> Sequence[Ro
 
 async def get_role(session: AsyncSession, principal: Principal, role_id: str) -> Role:
     principal.require(perms.ROLES_READ)
-    role = await session.get(Role, role_id) if is_valid_id(role_id) else None
+    check_id(role_id, "role")
+    role = await session.get(Role, role_id)
     if role is None or not role_visible(principal, role):
         raise NotFound(f"Role {role_id} not found.")
     return role
@@ -564,6 +593,17 @@ async def delete_role(session: AsyncSession, principal: Principal, role_id: str)
 # -- first start -----------------------------------------------------------------
 
 
+def _write_password_file(data_dir: Path, username: str, password: str) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "initial-admin-password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # An older file keeps its mode on O_CREAT; narrow it before the secret is written.
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"username: {username}\npassword: {password}\n")
+    return path
+
+
 async def ensure_first_admin(
     session: AsyncSession, *, username: str | None, password: str | None, data_dir: Path
 ) -> str | None:
@@ -573,9 +613,7 @@ async def ensure_first_admin(
     username = (username or "admin@flowyard.local").strip().lower()
     if not password:
         password = secrets.token_urlsafe(18)
-        path = _write_secret_file(
-            data_dir / "initial-admin-password", f"username: {username}\npassword: {password}\n"
-        )
+        path = await asyncio.to_thread(_write_password_file, data_dir, username, password)
         log.warning("created administrator %s; its generated password is in %s", username, path)
     else:
         log.info("created administrator %s from FLOWYARD_ADMIN_USERNAME/PASSWORD", username)
@@ -583,13 +621,3 @@ async def ensure_first_admin(
         session, username=username, password=password, firstname="Admin", lastname="", permissions=[perms.ALL]
     )
     return username
-
-
-def _write_secret_file(path: Path, text: str) -> Path:
-    """Write a file only its owner can read (mode 0600 from creation on)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)
-    return path
