@@ -58,7 +58,9 @@ class Server:
         }
         exe = str(Path(sys.executable).with_name("flowyard"))
         self.log = open(self.data_dir / "server.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([exe, "serve", *self.args], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [exe, "serve", *self.args], env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -132,8 +134,15 @@ def summary(values: list[float]) -> str:
     return f"p50 {pct(ms, 50):.2f} ms, p99 {pct(ms, 99):.2f} ms, mean {statistics.fmean(ms):.2f} ms"
 
 
-async def _client(port: int, make_request: Callable[[int], bytes], expect: int, stop_at: float,
-                  result: LoadResult, keep: bool, counter: list[int]) -> None:
+async def _client(
+    port: int,
+    make_request: Callable[[int], bytes],
+    expect: int,
+    stop_at: float,
+    result: LoadResult,
+    keep: bool,
+    counter: list[int],
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.perf_counter() < stop_at:
@@ -159,13 +168,17 @@ async def _client(port: int, make_request: Callable[[int], bytes], expect: int, 
         writer.close()
 
 
-def post_request(path: str, body_for: Callable[[int], Any], headers: dict[str, str] | None = None) -> Callable[[int], bytes]:
+def post_request(
+    path: str, body_for: Callable[[int], Any], headers: dict[str, str] | None = None
+) -> Callable[[int], bytes]:
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
 
     def make(i: int) -> bytes:
         body = orjson.dumps(body_for(i))
-        return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}"
-                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     return make
 
@@ -179,8 +192,15 @@ def get_request(path_for: Callable[[int], str], headers: dict[str, str]) -> Call
     return make
 
 
-def run_load(port: int, make_request: Callable[[int], bytes], *, clients: int, seconds: float, expect: int = 200,
-             keep_bodies: bool = False) -> LoadResult:
+def run_load(
+    port: int,
+    make_request: Callable[[int], bytes],
+    *,
+    clients: int,
+    seconds: float,
+    expect: int = 200,
+    keep_bodies: bool = False,
+) -> LoadResult:
     """``clients`` keep-alive connections, each sending requests back to back for ``seconds``."""
     result = LoadResult(0, {}, seconds, [], [])
 
@@ -188,9 +208,12 @@ def run_load(port: int, make_request: Callable[[int], bytes], *, clients: int, s
         stop_at = time.perf_counter() + seconds
         counter = [0]
         started = time.perf_counter()
-        await asyncio.gather(*(
-            _client(port, make_request, expect, stop_at, result, keep_bodies, counter) for _ in range(clients)
-        ))
+        await asyncio.gather(
+            *(
+                _client(port, make_request, expect, stop_at, result, keep_bodies, counter)
+                for _ in range(clients)
+            )
+        )
         result.seconds = time.perf_counter() - started
 
     try:

@@ -127,9 +127,11 @@ def main() -> None:
         if not same:
             print(f"    jsonata-python: {res_py!r}\n    jsonatapy:      {res_rs!r}")
     print(f"\nagree on {agree} of {len(EXPRESSIONS)} expressions")
-    print(f"median evaluation: jsonata-python {statistics.median(py_times):.1f} us, "
-          f"jsonatapy {statistics.median(rs_times):.1f} us "
-          f"({statistics.median(py_times) / statistics.median(rs_times):.0f}x)")
+    print(
+        f"median evaluation: jsonata-python {statistics.median(py_times):.1f} us, "
+        f"jsonatapy {statistics.median(rs_times):.1f} us "
+        f"({statistics.median(py_times) / statistics.median(rs_times):.0f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,12 +26,19 @@ FLOW = {
     "graph": {
         "nodes": [
             {"id": "in", "componentId": "webhook"},
-            {"id": "shape", "componentId": "jsonata", "fields": {"expression": "$merge([$, {'seen': true}])"}},
+            {
+                "id": "shape",
+                "componentId": "jsonata",
+                "fields": {"expression": "$merge([$, {'seen': true}])"},
+            },
             {"id": "out", "componentId": "log", "fields": {"level": "info", "message": "order"}},
         ],
         "edges": [
-            {"source": "in", "target": "shape",
-             "config": {"mapper": {"orderId": "order.id", "total": "$sum(order.items.price)"}}},
+            {
+                "source": "in",
+                "target": "shape",
+                "config": {"mapper": {"orderId": "order.id", "total": "$sum(order.items.price)"}},
+            },
             {"source": "shape", "target": "out"},
         ],
     },
@@ -39,31 +46,52 @@ FLOW = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--accept-only",
+        action="store_true",
+        help="Run the server without its engine: measures acceptance alone (nothing completes).",
+    )
     args = parser.parse_args()
 
-    server = Server()
+    server = Server(args=("--no-engine",) if args.accept_only else ())
     server.start()
     try:
         headers = server.login()
         flow = httpx.post(f"{server.base}/flows", json=FLOW, headers=headers).json()["data"]
         httpx.post(f"{server.base}/flows/{flow['id']}/start", headers=headers).raise_for_status()
-        while httpx.get(f"{server.base}/flows/{flow['id']}", headers=headers).json()["data"]["status"] != "active":
+        if args.accept_only:
+            with sqlite3.connect(Path(server.data_dir) / "flowyard.db") as conn:
+                conn.execute("UPDATE flows SET status = 'active' WHERE id = ?", (flow["id"],))
+        while (
+            httpx.get(f"{server.base}/flows/{flow['id']}", headers=headers).json()["data"]["status"]
+            != "active"
+        ):
             time.sleep(0.1)
         payload = {"order": {"id": "A-1", "items": [{"price": 3}, {"price": 4}]}}
         rss_before = server.rss()
         cpu_before = server.cpu()
-        load = run_load(server.port, post_request(f"/webhooks/{flow['id']}", lambda i: payload),
-                        clients=args.clients, seconds=args.seconds, expect=202, keep_bodies=True)
+        load = run_load(
+            server.port,
+            post_request(f"/webhooks/{flow['id']}", lambda i: payload),
+            clients=args.clients,
+            seconds=args.seconds,
+            expect=202,
+            keep_bodies=True,
+        )
         cpu_load = server.cpu() - cpu_before
         accepted_ids = {orjson.loads(b)["data"]["executionId"] for b in load.responses}
         drain_started = time.monotonic()
         db = Path(server.data_dir) / "flowyard.db"
-        while True:
+        while not args.accept_only:
             with sqlite3.connect(db) as conn:
-                left = conn.execute("SELECT count(*) FROM executions WHERE status IN ('queued','running')").fetchone()[0]
+                left = conn.execute(
+                    "SELECT count(*) FROM executions WHERE status IN ('queued','running')"
+                ).fetchone()[0]
             if not left or time.monotonic() - drain_started > 300:
                 break
             time.sleep(0.5)
@@ -81,6 +109,15 @@ def main() -> None:
     def ts(v: str) -> float:
         return datetime.fromisoformat(v).timestamp()
 
+    if args.accept_only:
+        print(
+            f"accept only: {load.ok} accepted ({load.rate:.0f}/s), {len(rows)} stored; errors {load.errors or 'none'}"
+        )
+        print(f"webhook latency: {summary(load.latencies)}")
+        print(
+            f"server CPU: {cpu_load:.1f} s ({cpu_load / max(load.ok, 1) * 1000:.2f} ms per accepted webhook)"
+        )
+        return
     done = [r for r in rows if r[1] == "succeeded"]
     lags = [ts(r[3]) - ts(r[2]) for r in done]
     first_created = min(ts(r[2]) for r in rows)
@@ -89,18 +126,26 @@ def main() -> None:
     print(f"clients {args.clients}, {load.seconds:.1f} s of load, server on SQLite (synchronous=FULL)")
     print(f"accepted: {load.ok} ({load.rate:.0f}/s); non-202 answers: {load.errors or 'none'}")
     print(f"webhook latency: {summary(load.latencies)}")
-    print(f"completed: {len(done)} of {len(rows)} stored; "
-          f"{len(done) / (last_finished - first_created):.0f}/s from first acceptance to last completion")
-    print(f"lag acceptance -> completion: p50 {pct(lags, 50) * 1000:.0f} ms, p99 {pct(lags, 99) * 1000:.0f} ms, "
-          f"max {max(lags) * 1000:.0f} ms")
-    print(f"server CPU: {cpu_load:.1f} s during the load ({cpu_load / max(load.ok, 1) * 1000:.2f} ms per "
-          f"accepted webhook), {cpu_total:.1f} s until drained ({cpu_total / max(len(done), 1) * 1000:.2f} ms per "
-          "webhook, accepted and completed)")
+    print(
+        f"completed: {len(done)} of {len(rows)} stored; "
+        f"{len(done) / (last_finished - first_created):.0f}/s from first acceptance to last completion"
+    )
+    print(
+        f"lag acceptance -> completion: p50 {pct(lags, 50) * 1000:.0f} ms, p99 {pct(lags, 99) * 1000:.0f} ms, "
+        f"max {max(lags) * 1000:.0f} ms"
+    )
+    print(
+        f"server CPU: {cpu_load:.1f} s during the load ({cpu_load / max(load.ok, 1) * 1000:.2f} ms per "
+        f"accepted webhook), {cpu_total:.1f} s until drained ({cpu_total / max(len(done), 1) * 1000:.2f} ms per "
+        "webhook, accepted and completed)"
+    )
     print(f"RSS: {rss_before / 2**20:.0f} MiB before load, peak {peak / 2**20:.0f} MiB")
     missing = accepted_ids - stored
     not_done = len(rows) - len(done)
-    print(f"every accepted webhook completed: {'yes' if not missing and not not_done else 'NO'} "
-          f"(missing {len(missing)}, unfinished or failed {not_done})")
+    print(
+        f"every accepted webhook completed: {'yes' if not missing and not not_done else 'NO'} "
+        f"(missing {len(missing)}, unfinished or failed {not_done})"
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from flowyard.logs import router as logs_router
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 from flowyard.webhooks import router as webhooks_router
+from flowyard.webhooks.fastpath import WebhookFastPath
 from flowyard.webhooks.service import WebhookBatcher
 
 log = logging.getLogger("flowyard")
@@ -98,6 +99,8 @@ def create_app(
         app.state.db = db
         app.state.webhooks = WebhookBatcher(db, window_ms=settings.webhook_group_commit_ms)
     install_error_handlers(app)
+    # Added last runs first: request ids and the body limit wrap the webhook fast path too.
+    app.add_middleware(WebhookFastPath, state=app.state)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (
         health,

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest accepted request body.")
 
     # -- engine --------------------------------------------------------------
-    worker_concurrency: int = Field(16, ge=1, description="Executions one worker runs at once.")
+    worker_concurrency: int = Field(64, ge=1, description="Executions one worker runs at once.")
     lease_seconds: float = Field(
         30.0, gt=0, description="How long a claimed execution stays owned without renewal."
     )

@@ -32,8 +32,10 @@ async def increment(
     if not rows:
         return
     module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
+    # Core table rather than ORM class: an executemany upsert, not an ORM bulk operation.
+    table = getattr(table, "__table__", table)
     stmt = module.insert(table)
-    column = getattr(table, counter) if not isinstance(table, sa.Table) else table.c[counter]
+    column = table.c[counter]
     set_ = {counter: column + stmt.excluded[counter]}
     for name in replace:
         set_[name] = stmt.excluded[name]

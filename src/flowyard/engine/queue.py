@@ -79,7 +79,7 @@ async def enqueue(
                 kept.append(e)
         inserted = kept
     else:
-        await session.execute(sa.insert(Execution), rows)
+        await session.execute(sa.insert(Execution.__table__), rows)
     counts: Counter[tuple[Any, str]] = Counter()
     info: dict[str, NewExecution] = {}
     latest: dict[str, datetime] = {}
@@ -244,10 +244,10 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     )
     steps = [{"execution_id": o.execution_id, **s.__dict__} for o in mine for s in o.steps]
     if steps:
-        await session.execute(sa.insert(ExecutionStep), steps)
+        await session.execute(sa.insert(ExecutionStep.__table__), steps)
     logs = [entry for o in mine for entry in o.logs]
     if logs:
-        await session.execute(sa.insert(LogEntry), logs)
+        await session.execute(sa.insert(LogEntry.__table__), logs)
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine:

@@ -1,0 +1,96 @@
+"""ASGI fast path for ``POST /webhooks/{flowId}``: the same ``handler.handle``
+as the FastAPI route, without routing, dependency injection and validation
+layers that cost more CPU than the webhook itself. Everything else passes
+through to the app untouched."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flowyard.errors import FlowyardError, Problem
+from flowyard.webhooks import handler
+
+log = logging.getLogger(__name__)
+_PREFIX = "/webhooks/"
+
+
+class WebhookFastPath:
+    def __init__(self, app: ASGIApp, state: Any) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] != "POST" or not path.startswith(_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        flow_id = unquote(path[len(_PREFIX) :])
+        if not flow_id or "/" in flow_id:
+            await self.app(scope, receive, send)
+            return
+        try:
+            reply = await self._handle(scope, receive, flow_id)
+            status, body, headers = reply.status, orjson.dumps(reply.body), reply.headers
+        except FlowyardError as exc:
+            status = exc.status
+            body = _error_body(exc.status, exc.problems)
+            headers = {}
+        except Exception:
+            log.exception("webhook for flow %s failed unexpectedly", flow_id[:64])
+            status, headers = 500, {}
+            rid = scope.get("state", {}).get("request_id", "-")
+            body = _error_body(500, [Problem(f"Internal error (request id {rid}).")])
+        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw_headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handle(self, scope: Scope, receive: Receive, flow_id: str) -> handler.Reply:
+        content_type = idempotency_key = signature = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name == b"idempotency-key":
+                idempotency_key = value.decode("latin-1")
+            elif name == b"x-flowyard-signature":
+                signature = value.decode("latin-1")
+        wait = None
+        if scope.get("query_string"):
+            values = parse_qs(scope["query_string"].decode("latin-1")).get("wait")
+            if values:
+                wait = handler.parse_wait(values[-1])
+        chunks = []
+        while True:  # the body limit is enforced by RequestContextMiddleware's receive
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        state = self.state
+        engine = getattr(state, "engine", None)
+        return await handler.handle(
+            db=state.db,
+            batcher=state.webhooks,
+            hub=engine.hub if engine is not None else None,
+            flow_id=flow_id,
+            content_type=content_type,
+            raw=b"".join(chunks),
+            wait=wait,
+            idempotency_key=idempotency_key,
+            signature=signature,
+        )
+
+
+def _error_body(status: int, problems: list[Problem]) -> bytes:
+    return orjson.dumps(
+        {
+            "errors": [
+                {"message": p.message, "code": status, **({"field": p.field} if p.field else {})}
+                for p in problems
+            ]
+        }
+    )

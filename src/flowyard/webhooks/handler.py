@@ -1,0 +1,153 @@
+"""The webhook request, independent of the web framework.
+
+Both adapters call ``handle``: the FastAPI route (which also documents the
+endpoint in OpenAPI) and the ASGI fast path that serves ``POST /webhooks/*``
+before FastAPI's routing and dependency machinery, because this is the
+endpoint external systems hammer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from flowyard.db.session import Database
+from flowyard.engine.hub import CompletionHub
+from flowyard.errors import InvalidInput, UnsupportedMediaType
+from flowyard.executions.models import Execution
+from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
+
+MAX_WAIT = 60.0
+_POLL = 0.2
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def parse_wait(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_WAIT:  # also refuses nan and inf
+        raise InvalidInput(
+            f"wait must be a number of seconds above 0 and at most {MAX_WAIT:g}.", field="wait"
+        )
+    return value
+
+
+async def handle(
+    *,
+    db: Database,
+    batcher: WebhookBatcher,
+    hub: CompletionHub | None,
+    flow_id: str,
+    content_type: str | None,
+    raw: bytes,
+    wait: float | None,
+    idempotency_key: str | None,
+    signature: str | None,
+) -> Reply:
+    """Store the trigger durably, then answer 202 (or, with ``wait``, the flow's reply)."""
+    if not is_json(content_type):
+        raise UnsupportedMediaType()
+    if not raw:
+        raise InvalidInput("A JSON body is required.")
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"The body is not valid JSON: {exc}") from None
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
+        raise InvalidInput("Idempotency-Key must be 1 to 255 characters.", field="Idempotency-Key")
+    accepted = await batcher.submit(
+        WebhookRequest(
+            flow_id=flow_id,
+            payload=payload,
+            body_hash=hashlib.sha256(raw).hexdigest(),
+            raw=raw,
+            idempotency_key=idempotency_key,
+            signature=signature,
+        )
+    )
+    queued = Reply(
+        202,
+        {
+            "data": {"executionId": accepted.execution_id, "flowId": accepted.flow_id, "status": "queued"},
+            "meta": {},
+        },
+        {"Idempotent-Replayed": "true"} if accepted.replayed else {},
+    )
+    if wait is None:
+        return queued
+    finished = await wait_for_result(db, hub, accepted.execution_id, wait)
+    if finished is None:
+        return queued
+    status, result, error = finished
+    if status == "succeeded":
+        result = result or {}
+        if "reply" in result:
+            reply = result["reply"]
+            return Reply(
+                int(reply.get("status", 200)),
+                reply.get("body"),
+                {str(k): str(v) for k, v in (reply.get("headers") or {}).items()},
+            )
+        return Reply(200, result.get("data"))
+    message = f"Execution {accepted.execution_id} {status}: {error or 'no reason given'}"
+    return Reply(502, {"errors": [{"message": message, "code": 502}]})
+
+
+async def wait_for_result(
+    db: Database, hub: CompletionHub | None, execution_id: str, seconds: float
+) -> tuple[str, Any, Any] | None:
+    """Wait until the execution finished; woken at once by a worker of this process,
+    and polling the database for work done by other processes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    fut = hub.register(execution_id) if hub is not None else None
+    try:
+        while True:
+            async with db.read() as session:
+                row = (
+                    await session.execute(
+                        sa.select(Execution.status, Execution.result, Execution.error).where(
+                            Execution.id == execution_id
+                        )
+                    )
+                ).first()
+            if row is not None and row[0] in FINISHED:
+                return row[0], row[1], row[2]
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(_POLL, remaining)):
+                    if fut is not None:
+                        await asyncio.shield(fut)
+                    else:
+                        await asyncio.sleep(_POLL)
+            if hub is not None and fut is not None and fut.done():
+                fut = hub.register(execution_id)
+    finally:
+        if hub is not None and fut is not None:
+            hub.discard(execution_id, fut)
