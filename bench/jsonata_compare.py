@@ -109,16 +109,16 @@ def main() -> None:
     for text in EXPRESSIONS:
         kind_py, py_expr = _run(lambda t=text: jsonata.Jsonata(t))
         kind_rs, rs_expr = _run(lambda t=text: jsonatapy.compile(t))
-        res_py = _run(lambda: py_expr.evaluate(DATA)) if kind_py == "ok" else ("error", "compile")
-        res_rs = _run(lambda: rs_expr.evaluate(DATA)) if kind_rs == "ok" else ("error", "compile")
+        res_py = _run(lambda e=py_expr: e.evaluate(DATA)) if kind_py == "ok" else ("error", "compile")
+        res_rs = _run(lambda e=rs_expr: e.evaluate(DATA)) if kind_rs == "ok" else ("error", "compile")
         same = _normalise(res_py) == _normalise(res_rs) or (res_py[0] == res_rs[0] == "error")
         agree += same
         t_py = t_rs = float("nan")
         if res_py[0] == "ok":
-            t_py = timeit.timeit(lambda: py_expr.evaluate(DATA), number=300) / 300 * 1e6
+            t_py = timeit.timeit(lambda e=py_expr: e.evaluate(DATA), number=300) / 300 * 1e6
             py_times.append(t_py)
         if res_rs[0] == "ok":
-            t_rs = timeit.timeit(lambda: rs_expr.evaluate(DATA), number=300) / 300 * 1e6
+            t_rs = timeit.timeit(lambda e=rs_expr: e.evaluate(DATA), number=300) / 300 * 1e6
             rs_times.append(t_rs)
         rows.append((text, same, res_py, res_rs, t_py, t_rs))
     print(f"{'expression':55} {'agree':5} {'python us':>9} {'rust us':>8}")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import httpx
 import orjson
-
 from _common import Server, pct, post_request, run_load, summary
 
 FLOW = {
