@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.iam import service as iam
-from flowyard.iam.models import Token
+from flowyard.iam.models import Token, User
 from tests.conftest import Account, Factory
 
 MISSING = "0123456789abcdef01234567"
@@ -502,3 +502,18 @@ async def test_first_admin_gets_a_private_password_file(
         assert (
             await iam.ensure_first_admin(session, username="x@y.z", password="pw", data_dir=tmp_path) is None
         )
+
+
+async def test_failed_logins_are_counted_and_reset(
+    client: httpx.AsyncClient, factory: Factory, db: Database
+) -> None:
+    account = await factory.user()
+    for _ in range(2):
+        r = await client.post("/login", json={"username": account.username, "password": "wrong"})
+        assert r.status_code == 401
+    async with db.read() as session:
+        assert await session.scalar(sa.select(User.failed_login_attempts).where(User.id == account.id)) == 2
+    r = await client.post("/login", json={"username": account.username, "password": account.password})
+    assert r.status_code == 200
+    async with db.read() as session:
+        assert await session.scalar(sa.select(User.failed_login_attempts).where(User.id == account.id)) == 0

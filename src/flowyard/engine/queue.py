@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +23,11 @@ from flowyard.db.dialect import dialect_name, increment, insert_ignore
 from flowyard.executions.models import ComponentDayCount, Execution, ExecutionStep, FlowDayCount
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
+
+# Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
+_EXECUTIONS = cast(sa.Table, Execution.__table__)
+_STEPS = cast(sa.Table, ExecutionStep.__table__)
+_LOGS = cast(sa.Table, LogEntry.__table__)
 
 
 @dataclass
@@ -79,7 +84,7 @@ async def enqueue(
                 kept.append(e)
         inserted = kept
     else:
-        await session.execute(sa.insert(Execution.__table__), rows)
+        await session.execute(sa.insert(_EXECUTIONS), rows)
     counts: Counter[tuple[Any, str]] = Counter()
     info: dict[str, NewExecution] = {}
     latest: dict[str, datetime] = {}
@@ -224,8 +229,7 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     mine = [o for o in outcomes if o.execution_id in held]
     if not mine:
         return held
-    # Core table, not the ORM class: an executemany UPDATE keyed by a bind parameter.
-    table: Any = Execution.__table__
+    table = _EXECUTIONS
     await session.execute(
         sa.update(table)
         .where(table.c.id == sa.bindparam("eid"))
@@ -244,10 +248,10 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     )
     steps = [{"execution_id": o.execution_id, **s.__dict__} for o in mine for s in o.steps]
     if steps:
-        await session.execute(sa.insert(ExecutionStep.__table__), steps)
+        await session.execute(sa.insert(_STEPS), steps)
     logs = [entry for o in mine for entry in o.logs]
     if logs:
-        await session.execute(sa.insert(LogEntry.__table__), logs)
+        await session.execute(sa.insert(_LOGS), logs)
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine:

@@ -60,10 +60,15 @@ def _tenant_dict(t: Any) -> dict[str, Any]:
 )
 async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
     body = await parse_body(request, Login)
+    async with db.read() as session:
+        user = await service.login_candidate(session, body.username)
+    if user is None or not await service.check_password(user, body.password):
+        if user is not None:
+            async with db.write() as session:
+                await service.record_failed_login(session, user.id)
+        raise service.bad_login()
     async with db.write() as session:
-        token, text = await service.login(
-            session, body.username, body.password, session_ttl=settings.session_ttl_seconds
-        )
+        token, text = await service.open_session(session, user.id, session_ttl=settings.session_ttl_seconds)
     return JSONOut({"token": text, "id": token.id})
 
 

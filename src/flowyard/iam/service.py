@@ -135,22 +135,46 @@ async def slide_session(session: AsyncSession, token_id: str, *, session_ttl: fl
     )
 
 
-async def login(
-    session: AsyncSession, username: str, password: str, *, session_ttl: float
-) -> tuple[Token, str]:
-    user = await session.scalar(sa.select(User).where(User.username == username.strip().lower()))
-    if user is None:
-        verify_password(None, password)
-        raise Unauthorized(_BAD_LOGIN)
-    if not verify_password(user.password_hash, password):
-        user.failed_login_attempts += 1
-        raise Unauthorized(_BAD_LOGIN)
-    if user.status == "DISABLED":
+async def login_candidate(session: AsyncSession, username: str) -> User | None:
+    return await session.scalar(sa.select(User).where(User.username == username.strip().lower()))
+
+
+async def check_password(user: User | None, password: str) -> bool:
+    """Verify off the event loop (argon2 takes tens of ms); unknown users cost the same."""
+    ok = await asyncio.to_thread(verify_password, user.password_hash if user else None, password)
+    return ok and user is not None and user.status != "DISABLED"
+
+
+async def record_failed_login(session: AsyncSession, user_id: str) -> None:
+    await session.execute(
+        sa.update(User).where(User.id == user_id).values(failed_login_attempts=User.failed_login_attempts + 1)
+    )
+
+
+async def open_session(session: AsyncSession, user_id: str, *, session_ttl: float) -> tuple[Token, str]:
+    """Issue a session token after a successful password check."""
+    user = await session.get(User, user_id)
+    if user is None or user.status == "DISABLED":
         raise Unauthorized(_BAD_LOGIN)
     now = utcnow()
     user.failed_login_attempts = 0
     user.last_login = now
     return await _issue_token(session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl))
+
+
+async def login(
+    session: AsyncSession, username: str, password: str, *, session_ttl: float
+) -> tuple[Token, str]:
+    """All of a login in one transaction (the CLI and tests); the API splits it so no
+    write transaction waits on the password hash."""
+    user = await login_candidate(session, username)
+    if not await check_password(user, password) or user is None:
+        raise Unauthorized(_BAD_LOGIN)
+    return await open_session(session, user.id, session_ttl=session_ttl)
+
+
+def bad_login() -> Unauthorized:
+    return Unauthorized(_BAD_LOGIN)
 
 
 async def _issue_token(
