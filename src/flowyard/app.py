@@ -26,6 +26,9 @@ from flowyard.flows.schemas import MutableFlow
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.logs import router as logs_router
+from flowyard.secrets import router as secrets_router
+from flowyard.secrets.crypto import SecretBox, load_key
+from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 from flowyard.webhooks import router as webhooks_router
@@ -48,6 +51,7 @@ _BODY_MODELS: list[type[BaseModel]] = [
     iam_schemas.TenantCreate,
     iam_schemas.RoleCreate,
     iam_schemas.RoleUpdate,
+    SecretCreate,
 ]
 
 
@@ -68,7 +72,7 @@ def create_app(
         app.state.db = db or Database(settings.resolved_database_url())
         engine = None
         if run_engine:
-            engine = EngineServices(app.state.db, settings, registry)
+            engine = EngineServices(app.state.db, settings, registry, box=box)
             await engine.start()
         app.state.engine = engine
         app.state.webhooks = WebhookBatcher(
@@ -92,8 +96,12 @@ def create_app(
         "and read their executions, counts and logs.",
         lifespan=lifespan,
     )
+    box = SecretBox(
+        load_key(settings.secret_key.get_secret_value() if settings.secret_key else None, settings.data_dir)
+    )
     app.state.settings = settings
     app.state.registry = registry
+    app.state.secret_box = box
     app.state.engine = None
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
@@ -107,6 +115,7 @@ def create_app(
         iam_router,
         flows_router,
         templates_router,
+        secrets_router,
         executions_router,
         webhooks_router,
         logs_router,

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     # -- first start and authentication ------------------------------------
     admin_username: str | None = Field(None, description="First administrator, created when no user exists.")
     admin_password: SecretStr | None = Field(None, description="Password of the first administrator.")
+    secret_key: SecretStr | None = Field(
+        None,
+        description="Fernet key that encrypts stored secrets; default: <data_dir>/secret.key, created once. "
+        "All processes of a deployment need the same key.",
+    )
     session_ttl_seconds: int = Field(
         3 * 3600, ge=60, description="Idle lifetime of a /login token (sliding)."
     )

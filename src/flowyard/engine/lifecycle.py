@@ -18,11 +18,13 @@ from flowyard.engine.cron import CronError, next_after, validate_cron
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
+from flowyard.secrets import service as secrets
+from flowyard.secrets.crypto import SecretBox
 
 log = logging.getLogger(__name__)
 
 
-async def reconcile(db: Database, registry: Registry, *, stop_grace: float) -> int:
+async def reconcile(db: Database, registry: Registry, box: SecretBox, *, stop_grace: float) -> int:
     """One pass over flows in transit; returns how many moved."""
     async with db.read() as session:
         rows = (
@@ -37,7 +39,7 @@ async def reconcile(db: Database, registry: Registry, *, stop_grace: float) -> i
     for flow_id, status, changed_at in rows:
         try:
             if status == "starting":
-                moved += await _start(db, registry, flow_id)
+                moved += await _start(db, registry, box, flow_id)
             else:
                 moved += await _stop(db, flow_id, changed_at, stop_grace)
         except Exception:
@@ -45,7 +47,7 @@ async def reconcile(db: Database, registry: Registry, *, stop_grace: float) -> i
     return moved
 
 
-async def _start(db: Database, registry: Registry, flow_id: str) -> int:
+async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
         if flow is None or flow.status != "starting":
@@ -54,7 +56,7 @@ async def _start(db: Database, registry: Registry, flow_id: str) -> int:
         message = None
         next_run = None
         try:
-            CompiledFlow.compile(
+            compiled = CompiledFlow.compile(
                 flow_id=flow.id,
                 version=flow.version,
                 tenant=flow.tenant,
@@ -62,6 +64,13 @@ async def _start(db: Database, registry: Registry, flow_id: str) -> int:
                 graph=flow.graph,
                 registry=registry,
             )
+            _found, problems = await secrets.resolve(
+                session, box, compiled.credential_ids, tenant=flow.tenant, owner_user=compiled.owner_user
+            )
+            if problems:
+                raise FlowNotRunnable(
+                    "; ".join(f"credentials {cid}: {why}" for cid, why in sorted(problems.items()))
+                )
             if flow.cron:
                 next_run = next_after(validate_cron(flow.cron), now)
         except (FlowNotRunnable, CronError) as exc:

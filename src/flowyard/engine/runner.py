@@ -72,6 +72,12 @@ class CompiledFlow:
     nodes: dict[str, CompiledNode]
     out_edges: dict[str, list[CompiledEdge]]
     roots: list[str]
+    credentials: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def credential_ids(self) -> list[str]:
+        return sorted({n.credentials_id for n in self.nodes.values() if n.credentials_id})
 
     @classmethod
     def compile(
@@ -211,6 +217,10 @@ async def run_execution(
             started = time.perf_counter()
             step_logs: list[dict[str, Any]] = []
             try:
+                if node.credentials_id and node.credentials_id not in (credentials or {}):
+                    raise ComponentError(
+                        f"credentials {node.credentials_id} not found (or not readable by this flow's tenant)"
+                    )
                 if node.fn is None:
                     out = [message]
                 else:

@@ -20,20 +20,28 @@ from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.worker import Worker
+from flowyard.secrets.crypto import SecretBox, load_key
 
 log = logging.getLogger(__name__)
 
 
 class EngineServices:
     def __init__(
-        self, db: Database, settings: Settings, registry: Registry, *, hub: CompletionHub | None = None
+        self,
+        db: Database,
+        settings: Settings,
+        registry: Registry,
+        *,
+        box: SecretBox,
+        hub: CompletionHub | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.registry = registry
+        self.box = box
         self.hub = hub or CompletionHub()
         self.http = httpx.AsyncClient(timeout=settings.step_timeout, follow_redirects=False)
-        self.worker = Worker(db, settings, registry, hub=self.hub, http=self.http)
+        self.worker = Worker(db, settings, registry, box=box, hub=self.hub, http=self.http)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -64,7 +72,9 @@ class EngineServices:
         self.worker.wake()
 
     async def _lifecycle_pass(self) -> None:
-        if await lifecycle.reconcile(self.db, self.registry, stop_grace=self.settings.stop_grace_seconds):
+        if await lifecycle.reconcile(
+            self.db, self.registry, self.box, stop_grace=self.settings.stop_grace_seconds
+        ):
             self._scheduler_wake.set()
 
     async def _prune_pass(self) -> None:
@@ -111,7 +121,8 @@ class EngineServices:
 async def run_standalone(settings: Settings) -> None:
     """``flowyard worker``: the engine without the API, until SIGINT/SIGTERM."""
     db = Database(settings.resolved_database_url())
-    engine = EngineServices(db, settings, Registry.load())
+    key = settings.secret_key.get_secret_value() if settings.secret_key else None
+    engine = EngineServices(db, settings, Registry.load(), box=SecretBox(load_key(key, settings.data_dir)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import httpx
@@ -30,10 +31,13 @@ from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
+from flowyard.secrets import service as secrets
+from flowyard.secrets.crypto import SecretBox
 
 log = logging.getLogger(__name__)
 
 _CLAIM_BATCH = 64
+_CREDENTIALS_TTL = 60.0
 _FLUSH_BATCH = 256
 
 
@@ -44,9 +48,11 @@ class Worker:
         settings: Settings,
         registry: Registry,
         *,
+        box: SecretBox,
         hub: CompletionHub | None = None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
+        self.box = box
         self.db = db
         self.settings = settings
         self.registry = registry
@@ -112,6 +118,15 @@ class Worker:
             )
 
     async def _start(self, claimed: list[queue.Claimed]) -> None:
+        now = time.monotonic()
+        for key, cached in list(self._flows.items()):
+            # Flows using credentials are re-read now and then, so a changed secret takes effect.
+            if (
+                isinstance(cached, CompiledFlow)
+                and cached.credentials
+                and now - cached.loaded_at > _CREDENTIALS_TTL
+            ):
+                del self._flows[key]
         missing = {c.flow_id for c in claimed if (c.flow_id, c.flow_version) not in self._flows}
         current: dict[str, CompiledFlow | FlowNotRunnable] = {}
         if missing:
@@ -136,6 +151,15 @@ class Worker:
                     )
                 except FlowNotRunnable as exc:
                     compiled = exc
+                if isinstance(compiled, CompiledFlow) and compiled.credential_ids:
+                    async with self.db.read() as session:
+                        compiled.credentials, _problems = await secrets.resolve(
+                            session,
+                            self.box,
+                            compiled.credential_ids,
+                            tenant=tenant,
+                            owner_user=compiled.owner_user,
+                        )
                 self._flows[(fid, version)] = compiled
                 current[fid] = compiled
         for c in claimed:
@@ -146,7 +170,9 @@ class Worker:
         try:
             if isinstance(flow, CompiledFlow):
                 assert self._http is not None
-                outcome = await run_execution(flow, claimed, settings=self.settings, http=self._http)
+                outcome = await run_execution(
+                    flow, claimed, settings=self.settings, http=self._http, credentials=flow.credentials
+                )
             else:
                 reason = str(flow) if flow is not None else "the flow no longer exists"
                 status = "failed" if flow is not None else "cancelled"

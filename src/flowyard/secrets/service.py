@@ -1,0 +1,107 @@
+"""Secrets: create, list, delete, and resolve for the engine. No HTTP here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.clock import isoformat, utcnow
+from flowyard.errors import Forbidden, InvalidInput, NotFound
+from flowyard.iam.principal import Principal
+from flowyard.ids import is_valid_id
+from flowyard.secrets.crypto import SecretBox
+from flowyard.secrets.models import Secret
+
+SECRET_CREATE = "iam.secret.create"
+SECRET_READ = "iam.secret.read"
+MAX_VALUE_BYTES = 64 * 1024
+
+
+def _visible(principal: Principal) -> sa.ColumnElement[bool]:
+    if principal.is_admin:
+        return sa.true()
+    if principal.tenant_id:
+        return Secret.tenant == principal.tenant_id
+    return sa.and_(Secret.tenant.is_(None), Secret.owner_user == principal.user_id)
+
+
+def to_dict(s: Secret) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "name": s.name,
+        "tenant": s.tenant,
+        "owner": s.owner_user,
+        "createdAt": isoformat(s.created_at),
+        "updatedAt": isoformat(s.updated_at),
+    }
+
+
+async def create(
+    session: AsyncSession,
+    principal: Principal,
+    box: SecretBox,
+    *,
+    name: str,
+    value: dict[str, Any],
+    tenant: str | None,
+) -> Secret:
+    principal.require(SECRET_CREATE)
+    if tenant is not None and tenant != principal.tenant_id and not principal.is_admin:
+        raise Forbidden("You can only store secrets for your own tenant.")
+    sealed = box.seal(value)
+    if len(sealed) > MAX_VALUE_BYTES * 2:
+        raise InvalidInput(f"value must be at most {MAX_VALUE_BYTES} bytes of JSON.", field="value")
+    now = utcnow()
+    secret = Secret(
+        name=name,
+        tenant=tenant if tenant is not None else principal.tenant_id,
+        owner_user=principal.user_id,
+        value=sealed,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(secret)
+    await session.flush()
+    return secret
+
+
+async def list_secrets(session: AsyncSession, principal: Principal) -> Sequence[Secret]:
+    principal.require(SECRET_READ)
+    return (await session.scalars(sa.select(Secret).where(_visible(principal)).order_by(Secret.id))).all()
+
+
+async def delete(session: AsyncSession, principal: Principal, secret_id: str) -> None:
+    principal.require(SECRET_CREATE)
+    if not is_valid_id(secret_id):
+        raise InvalidInput(f"Invalid secret id {secret_id[:64]!r}: expected 24 hex characters.", field="id")
+    secret = await session.scalar(sa.select(Secret).where(Secret.id == secret_id, _visible(principal)))
+    if secret is None:
+        raise NotFound(f"Secret {secret_id} not found.")
+    await session.delete(secret)
+
+
+async def resolve(
+    session: AsyncSession, box: SecretBox, ids: Iterable[str], *, tenant: str | None, owner_user: str | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Decrypt the secrets a flow's nodes name. A flow may use its own tenant's
+    secrets (or, without a tenant, its owner's); anything else counts as missing."""
+    wanted = sorted({i for i in ids if is_valid_id(i)})
+    found: dict[str, dict[str, Any]] = {}
+    problems: dict[str, str] = {i: "not found" for i in ids}
+    if not wanted:
+        return found, problems
+    scope = (
+        Secret.tenant == tenant
+        if tenant
+        else sa.and_(Secret.tenant.is_(None), Secret.owner_user == owner_user)
+    )
+    for secret in (await session.scalars(sa.select(Secret).where(Secret.id.in_(wanted), scope))).all():
+        try:
+            found[secret.id] = box.open(secret.value)
+            problems.pop(secret.id, None)
+        except ValueError as exc:
+            problems[secret.id] = str(exc)
+    return found, problems
