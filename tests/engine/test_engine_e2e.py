@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import pruner
+from flowyard.engine import lifecycle, pruner
 from flowyard.executions.models import Execution
 from flowyard.flows.models import Flow
 from tests.conftest import Account, Factory, flow_body, wait_until
@@ -429,3 +429,19 @@ async def test_pruning_keeps_counts(engine_client: Client, admin: Account, db: D
         assert await session.scalar(sa.select(sa.func.count()).select_from(Execution)) == 0
     after = (await c.get("/icenter/executions", params={"groupby": "flow"}, headers=admin.headers)).json()
     assert after == before and after["metadata"]["totalExecutions"] == 3
+
+
+async def test_a_move_that_keeps_failing_is_bounded(
+    client: Client, admin: Account, db: Database, registry: Any, app: Any
+) -> None:
+    """A flow whose start crashes (here: a corrupt graph) does not stay in 'starting'."""
+    fid = (await client.post("/flows", json=flow_body(), headers=admin.headers)).json()["data"]["id"]
+    await client.post(f"/flows/{fid}/start", headers=admin.headers)
+    async with db.write() as session:
+        await session.execute(sa.update(Flow).where(Flow.id == fid).values(graph={"nodes": "corrupt"}))
+    box = app.state.secret_box
+    assert await lifecycle.reconcile(db, registry, box, stop_grace=30, bound=3600) == 0
+    assert (await client.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]["status"] == "starting"
+    assert await lifecycle.reconcile(db, registry, box, stop_grace=30, bound=0) == 1
+    flow = (await client.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]
+    assert flow["status"] == "inactive" and flow["statusMessage"].startswith("starting failed for 0 s")

@@ -24,8 +24,14 @@ from flowyard.secrets.crypto import SecretBox
 log = logging.getLogger(__name__)
 
 
-async def reconcile(db: Database, registry: Registry, box: SecretBox, *, stop_grace: float) -> int:
-    """One pass over flows in transit; returns how many moved."""
+async def reconcile(
+    db: Database, registry: Registry, box: SecretBox, *, stop_grace: float, bound: float
+) -> int:
+    """One pass over flows in transit; returns how many moved.
+
+    ``bound`` is the promise that no flow stays in transit longer: a move that
+    keeps failing past it is forced to ``inactive`` with the reason.
+    """
     async with db.read() as session:
         rows = (
             await session.execute(
@@ -41,10 +47,29 @@ async def reconcile(db: Database, registry: Registry, box: SecretBox, *, stop_gr
             if status == "starting":
                 moved += await _start(db, registry, box, flow_id)
             else:
-                moved += await _stop(db, flow_id, changed_at, stop_grace)
-        except Exception:
-            log.exception("lifecycle move of flow %s failed; will retry", flow_id)
+                moved += await _stop(db, flow_id, min(stop_grace, bound))
+        except Exception as exc:
+            if utcnow() - changed_at < timedelta(seconds=bound):
+                log.exception("lifecycle move of flow %s failed; will retry", flow_id)
+                continue
+            log.exception("lifecycle move of flow %s failed past %g s; forcing it inactive", flow_id, bound)
+            moved += await _force_inactive(db, flow_id, status, f"{status} failed for {bound:g} s: {exc}")
     return moved
+
+
+async def _force_inactive(db: Database, flow_id: str, status: str, reason: str) -> int:
+    async with db.write() as session:
+        if status == "stopping":
+            await queue.cancel_unfinished(session, flow_id, f"cancelled: {reason}")
+        result = await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == flow_id, Flow.status == status)
+            .values(
+                status="inactive", status_changed_at=utcnow(), status_message=reason[:2000], next_run_at=None
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str) -> int:
@@ -100,7 +125,7 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str)
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def _stop(db: Database, flow_id: str, changed_at: object, stop_grace: float) -> int:
+async def _stop(db: Database, flow_id: str, stop_grace: float) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
         if flow is None or flow.status != "stopping":

@@ -73,7 +73,11 @@ class EngineServices:
 
     async def _lifecycle_pass(self) -> None:
         if await lifecycle.reconcile(
-            self.db, self.registry, self.box, stop_grace=self.settings.stop_grace_seconds
+            self.db,
+            self.registry,
+            self.box,
+            stop_grace=self.settings.stop_grace_seconds,
+            bound=self.settings.lifecycle_timeout,
         ):
             self._scheduler_wake.set()
 
