@@ -19,7 +19,7 @@ def as_utc(value: datetime) -> datetime:
 
 def isoformat(value: datetime) -> str:
     """ISO 8601, UTC, milliseconds, ``Z``: ``2026-11-22T10:15:30.123Z``."""
-    return as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return as_utc(value).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 Timestamp = Annotated[

@@ -47,6 +47,7 @@ WEBHOOK = Component(
     default_function="receive",
     fields=_Fields,
     trigger=True,
+    awaits=False,
 )
 
 SCHEDULE = Component(
@@ -56,6 +57,7 @@ SCHEDULE = Component(
     default_function="tick",
     fields=_Fields,
     trigger=True,
+    awaits=False,
 )
 
 
@@ -80,6 +82,7 @@ JSONATA = Component(
     functions={"transform": jsonata_transform},
     default_function="transform",
     fields=JsonataFields,
+    awaits=False,
 )
 
 
@@ -106,6 +109,7 @@ FILTER = Component(
     functions={"filter": filter_messages},
     default_function="filter",
     fields=FilterFields,
+    awaits=False,
 )
 
 
@@ -133,6 +137,7 @@ SPLIT = Component(
     functions={"split": split_array},
     default_function="split",
     fields=SplitFields,
+    awaits=False,
 )
 
 
@@ -155,6 +160,7 @@ LOG = Component(
     functions={"log": log_message},
     default_function="log",
     fields=LogFields,
+    awaits=False,
 )
 
 
@@ -203,6 +209,7 @@ RESPOND = Component(
     functions={"respond": respond},
     default_function="respond",
     fields=RespondFields,
+    awaits=False,
 )
 
 

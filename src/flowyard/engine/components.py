@@ -35,6 +35,9 @@ class Component:
     default_function: str
     fields: type[BaseModel] | None = None
     trigger: bool = False
+    # False for functions that never await (pure transformations): a timeout could
+    # not interrupt them anyway, and arming one per call is a measurable cost.
+    awaits: bool = True
     function_descriptions: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -52,6 +52,7 @@ class CompiledNode:
     fn: ComponentFunction | None
     fields: Any
     credentials_id: str | None
+    awaits: bool = True
 
 
 @dataclass
@@ -109,7 +110,13 @@ class CompiledFlow:
                 except Exception as exc:
                     raise FlowNotRunnable(f"node {raw['id']}: invalid fields: {exc}") from None
             nodes[raw["id"]] = CompiledNode(
-                raw["id"], component, function, fn, fields, raw.get("credentials_id")
+                raw["id"],
+                component,
+                function,
+                fn,
+                fields,
+                raw.get("credentials_id"),
+                awaits=component.awaits if component is not None else False,
             )
         out_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
         targets = set()
@@ -240,7 +247,10 @@ async def run_execution(
                         logs=step_logs,
                         reply=reply,
                     )
-                    async with asyncio.timeout(settings.step_timeout):
+                    if node.awaits:
+                        async with asyncio.timeout(settings.step_timeout):
+                            out = _as_messages(await node.fn(message, ctx), message["metadata"])
+                    else:
                         out = _as_messages(await node.fn(message, ctx), message["metadata"])
             except TimeoutError:
                 raise StepFailed(node_id, f"timed out after {settings.step_timeout:g} s") from None
