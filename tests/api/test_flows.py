@@ -741,3 +741,114 @@ async def test_list_search(client: httpx.AsyncClient, world: World) -> None:
     assert r.json()["meta"] == {"page": 1, "perPage": 1, "total": 2, "totalPages": 2}
     r = await client.get("/flows", params={"search": "über"}, headers=world.bob.headers)
     assert r.json()["meta"]["total"] == 0
+
+
+# -- concurrency ---------------------------------------------------------------------------------------
+
+
+async def _race(
+    clients: list[httpx.AsyncClient], dbs: list[Database], who: Account, flow_id: str, rounds: int
+) -> None:
+    """Many concurrent PATCH/start/stop/DELETE on one flow, with an engine stand-in completing
+    starting→active and stopping→inactive; checks every answer and the final state."""
+    import random
+
+    rng = random.Random(flow_id)
+    url = f"/flows/{flow_id}"
+    ops: list[tuple[str, Any]] = []
+    for i in range(rounds):
+        kind = rng.choice(["patch", "patch", "start", "start", "stop", "stop", "get", "delete"])
+        client = clients[i % len(clients)]
+        if kind == "patch":
+            ops.append((kind, client.patch(url, json={"name": f"name {i}"}, headers=who.headers)))
+        elif kind == "delete":
+            ops.append((kind, client.delete(url, headers=who.headers)))
+        elif kind == "get":
+            ops.append((kind, client.get(url, headers=who.headers)))
+        else:
+            ops.append((kind, client.post(f"{url}/{kind}", headers=who.headers)))
+    done = False
+
+    async def engine(database: Database) -> None:
+        while not done:
+            async with database.write() as session:
+                for src, dst in (("starting", "active"), ("stopping", "inactive")):
+                    await session.execute(
+                        sa.text("UPDATE flows SET status = :d WHERE id = :i AND status = :s"),
+                        {"d": dst, "s": src, "i": flow_id},
+                    )
+            await asyncio.sleep(0.002)
+
+    engines = [asyncio.create_task(engine(d)) for d in dbs]
+    try:
+        responses = await asyncio.gather(*(coro for _, coro in ops))
+    finally:
+        done = True
+        await asyncio.gather(*engines)
+    outcome: dict[str, list[int]] = {}
+    for (kind, _), r in zip(ops, responses, strict=True):
+        assert r.status_code in (200, 404, 409), (kind, r.status_code, r.text)
+        if r.status_code != 200:
+            assert_error(r, r.status_code)
+        outcome.setdefault(kind, []).append(r.status_code)
+        if kind == "patch" and r.status_code == 200:
+            assert r.json()["data"]["status"] == "inactive"
+        if kind in ("start", "stop") and r.status_code == 200:
+            assert r.json()["data"]["status"] == ("starting" if kind == "start" else "stopping")
+    deleted = outcome.get("delete", []).count(200)
+    assert deleted <= 1
+    starts, stops = outcome.get("start", []).count(200), outcome.get("stop", []).count(200)
+    # Every stop needs an earlier start (active only comes from starting).
+    assert stops <= starts <= stops + 1
+    final = await clients[0].get(url, headers=who.headers)
+    async with dbs[0].read() as session:
+        owner_rows = (
+            await session.execute(
+                sa.text("SELECT count(*) FROM flow_owners WHERE flow_id = :i"), {"i": flow_id}
+            )
+        ).scalar_one()
+    if deleted:
+        assert_error(final, 404)
+        assert owner_rows == 0
+    else:
+        flow = final.json()["data"]
+        assert flow["status"] == ("active" if starts > stops else "inactive")
+        assert owner_rows == len(flow["owners"])
+        patched = {
+            f"name {i}"
+            for i, ((kind, _), r) in enumerate(zip(ops, responses, strict=True))
+            if kind == "patch" and r.status_code == 200
+        }
+        assert flow["name"] in patched | {"racy"}
+
+
+async def test_concurrent_commands_on_one_flow(client: httpx.AsyncClient, world: World, db: Database) -> None:
+    for _ in range(3):
+        flow = await create(client, world.alice, flow_body("racy"))
+        await _race([client], [db], world.alice, flow["id"], rounds=60)
+
+
+async def test_concurrent_commands_across_processes(
+    app: Any, client: httpx.AsyncClient, world: World, db: Database, db_url: str, settings: Any, registry: Any
+) -> None:
+    """Separate Database instances (as separate API processes would have) racing on PostgreSQL."""
+    if db.is_sqlite:
+        pytest.skip("several writer processes on one SQLite file are the embedded mode's non-goal")
+    from flowyard.app import create_app
+
+    others = [Database(db_url) for _ in range(3)]
+    clients = [client]
+    try:
+        for other in others:
+            other_app = create_app(settings, db=other, registry=registry, run_engine=False)
+            clients.append(
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=other_app), base_url="http://t")
+            )
+        for _ in range(3):
+            flow = await create(client, world.alice, flow_body("racy"))
+            await _race(clients, [db, *others], world.alice, flow["id"], rounds=80)
+    finally:
+        for c in clients[1:]:
+            await c.aclose()
+        for other in others:
+            await other.dispose()
