@@ -6,6 +6,7 @@ Parsed from the raw query string so bracketed names work and unknown
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from flowyard.errors import InvalidInput, Problem
 
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 10
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,10 @@ class ListQuery:
 def _int_param(raw: str | None, name: str, default: int, lo: int, hi: int | None) -> tuple[int, Problem | None]:
     if raw is None:
         return default, None
-    try:
-        value = int(raw.strip())
-    except ValueError:
+    # int() would also take " 2", "1_000" and non-ASCII digits such as "５".
+    if not _INTEGER.fullmatch(raw):
         return default, Problem(f"{name} must be an integer.", name)
+    value = int(raw)
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
         return default, Problem(f"{name} must be {bound}.", name)
@@ -54,6 +56,10 @@ def parse_list_query(
 ) -> ListQuery:
     params = request.query_params
     problems: list[Problem] = []
+    # PostgreSQL cannot compare text with U+0000 in it; refuse it on both databases alike.
+    for key, value in params.multi_items():
+        if "\x00" in key or "\x00" in value:
+            problems.append(Problem("Query parameters must not contain NUL characters.", key.replace("\x00", "")))
     page = size = 0
     if paged:
         # Pages past 10**9 cannot exist and would overflow OFFSET on some databases.
