@@ -94,7 +94,9 @@ def _install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorResponse"] = ERROR_SCHEMA
         for model in _BODY_MODELS:
@@ -111,7 +113,9 @@ def _install_openapi(app: FastAPI) -> None:
                 if responses.pop("422", None) is not None and "400" not in responses:
                     responses["400"] = {
                         "description": "Invalid parameter",
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
+                        },
                     }
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)

@@ -53,7 +53,7 @@ def _tables(url: str) -> set[str]:
 
 
 def _current(url: str) -> str | None:
-    return _in_sync(url, lambda conn: MigrationContext.configure(conn).get_current_revision())  # type: ignore[no-any-return]
+    return _in_sync(url, lambda conn: MigrationContext.configure(conn).get_current_revision())
 
 
 def _diff(url: str) -> list[Any]:
@@ -61,9 +61,9 @@ def _diff(url: str) -> list[Any]:
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "compare_server_default": True}
         )
-        return compare_metadata(context, metadata)  # type: ignore[no-any-return]
+        return compare_metadata(context, metadata)
 
-    return _in_sync(url, compare)  # type: ignore[no-any-return]
+    return _in_sync(url, compare)
 
 
 def test_exactly_one_head() -> None:

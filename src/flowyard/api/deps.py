@@ -20,11 +20,11 @@ _bearer = HTTPBearer(auto_error=False, description="A token from POST /login or 
 
 
 def get_db(request: Request) -> Database:
-    return request.app.state.db  # type: ignore[no-any-return]
+    return request.app.state.db
 
 
 def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 DB = Annotated[Database, Depends(get_db)]

@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from flowyard.api.responses import JSONOut as ORJSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from flowyard.errors import FlowyardError, Problem
 from flowyard.api.middleware import request_id_of
 from flowyard.api.problems import validation_problems
+from flowyard.api.responses import JSONOut as ORJSONResponse
+from flowyard.errors import FlowyardError, Problem
 
 log = logging.getLogger("flowyard.api")
 
@@ -51,7 +51,9 @@ _STATUS_TEXT = {
 }
 
 
-def error_response(status: int, problems: Sequence[Problem], headers: dict[str, str] | None = None) -> ORJSONResponse:
+def error_response(
+    status: int, problems: Sequence[Problem], headers: dict[str, str] | None = None
+) -> ORJSONResponse:
     items: list[dict[str, Any]] = []
     for p in problems:
         item: dict[str, Any] = {"message": p.message, "code": status}
@@ -75,7 +77,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> ORJSONResponse:
-        detail = exc.detail if isinstance(exc.detail, str) and exc.detail else _STATUS_TEXT.get(exc.status_code)
+        detail = (
+            exc.detail if isinstance(exc.detail, str) and exc.detail else _STATUS_TEXT.get(exc.status_code)
+        )
         if exc.status_code == 404 and detail == "Not Found":
             detail = "No such endpoint."
         return error_response(exc.status_code, [Problem(detail or "Error.")], dict(exc.headers or {}) or None)

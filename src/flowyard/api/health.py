@@ -15,8 +15,11 @@ async def health() -> JSONOut:
     return JSONOut({"status": "ok"})
 
 
-@router.get("/health/ready", summary="Readiness: the database is reachable",
-            responses={503: {"description": "Database unreachable"}})
+@router.get(
+    "/health/ready",
+    summary="Readiness: the database is reachable",
+    responses={503: {"description": "Database unreachable"}},
+)
 async def ready(db: DB) -> JSONOut:
     if await db.ping():
         return JSONOut({"status": "ready", "database": "ok"})

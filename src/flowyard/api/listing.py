@@ -7,11 +7,13 @@ Parsed from the raw query string so bracketed names work and unknown
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import Query, Request
+from sqlalchemy.orm import InstrumentedAttribute
 
 from flowyard.errors import InvalidInput, Problem
 
@@ -33,10 +35,12 @@ class ListQuery:
         return (self.page - 1) * self.size
 
 
-def _int_param(raw: str | None, name: str, default: int, lo: int, hi: int | None) -> tuple[int, Problem | None]:
+def _int_param(
+    raw: str | None, name: str, default: int, lo: int, hi: int | None
+) -> tuple[int, Problem | None]:
     if raw is None:
         return default, None
-    # int() would also take " 2", "1_000" and non-ASCII digits such as "５".
+    # int() would also take " 2", "1_000" and non-ASCII (e.g. fullwidth) digits.
     if not _INTEGER.fullmatch(raw):
         return default, Problem(f"{name} must be an integer.", name)
     value = int(raw)
@@ -59,7 +63,9 @@ def parse_list_query(
     # PostgreSQL cannot compare text with U+0000 in it; refuse it on both databases alike.
     for key, value in params.multi_items():
         if "\x00" in key or "\x00" in value:
-            problems.append(Problem("Query parameters must not contain NUL characters.", key.replace("\x00", "")))
+            problems.append(
+                Problem("Query parameters must not contain NUL characters.", key.replace("\x00", ""))
+            )
     page = size = 0
     if paged:
         # Pages past 10**9 cannot exist and would overflow OFFSET on some databases.
@@ -67,12 +73,11 @@ def parse_list_query(
         size, p2 = _int_param(params.get("page[size]"), "page[size]", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
         problems += [p for p in (p1, p2) if p]
     sort = params.get("sort")
-    if sort is not None and sorts:
-        if (sort[1:] if sort.startswith("-") else sort) not in sorts:
-            problems.append(
-                Problem(f"sort must be one of {', '.join(sorted(sorts))}, optionally prefixed with '-'.", "sort")
-            )
-            sort = None
+    if sort is not None and sorts and (sort[1:] if sort.startswith("-") else sort) not in sorts:
+        problems.append(
+            Problem(f"sort must be one of {', '.join(sorted(sorts))}, optionally prefixed with '-'.", "sort")
+        )
+        sort = None
     search = params.get("search") if searchable else None
     if search is not None and len(search) > 500:
         problems.append(Problem("search must be at most 500 characters.", "search"))
@@ -91,7 +96,9 @@ def parse_list_query(
             problems.append(Problem(f"Unknown paging parameter {key}.", key))
     if problems:
         raise InvalidInput(problems)
-    return ListQuery(page=page or 1, size=size or DEFAULT_PAGE_SIZE, sort=sort, search=search or None, filters=found)
+    return ListQuery(
+        page=page or 1, size=size or DEFAULT_PAGE_SIZE, sort=sort, search=search or None, filters=found
+    )
 
 
 def like_pattern(text: str) -> str:
@@ -100,7 +107,12 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def order_by(sort: str | None, columns: dict[str, sa.ColumnElement[object]], id_col: sa.ColumnElement[object]) -> list[sa.ColumnElement[object]]:
+Sortable = sa.ColumnElement[Any] | InstrumentedAttribute[Any]
+
+
+def order_by(
+    sort: str | None, columns: Mapping[str, Sortable], id_col: Sortable
+) -> list[sa.UnaryExpression[Any]]:
     """The ORDER BY for ``sort``; ties broken by id ascending (default: id ascending)."""
     if not sort:
         return [id_col.asc()]
@@ -110,9 +122,12 @@ def order_by(sort: str | None, columns: dict[str, sa.ColumnElement[object]], id_
 
 # Documentation-only parameters: declared so OpenAPI shows the bracketed names.
 PageSize = Annotated[
-    int | None, Query(alias="page[size]", ge=1, le=MAX_PAGE_SIZE, description="Objects per page (1..1000), default 10.")
+    int | None,
+    Query(alias="page[size]", ge=1, le=MAX_PAGE_SIZE, description="Objects per page (1..1000), default 10."),
 ]
-PageNumber = Annotated[int | None, Query(alias="page[number]", ge=1, le=10**9, description="1-based page number, default 1.")]
+PageNumber = Annotated[
+    int | None, Query(alias="page[number]", ge=1, le=10**9, description="1-based page number, default 1.")
+]
 Search = Annotated[
     str | None,
     Query(max_length=500, description="Case-insensitive literal substring of the name or description."),

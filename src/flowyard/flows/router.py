@@ -49,10 +49,18 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                 good.append(flow)
                 results.append(flow)
             except FlowyardError as exc:
-                results.append({"errors": [
-                    {"message": p.message, "code": exc.status, **({"field": p.field} if p.field else {})}
-                    for p in exc.problems
-                ]})
+                results.append(
+                    {
+                        "errors": [
+                            {
+                                "message": p.message,
+                                "code": exc.status,
+                                **({"field": p.field} if p.field else {}),
+                            }
+                            for p in exc.problems
+                        ]
+                    }
+                )
         async with db.write() as session:
             await service.insert_flows(session, good)
         return single([service.to_dict(r) if not isinstance(r, dict) else r for r in results], 201)
@@ -76,7 +84,10 @@ async def list_flows(
     _number: PageNumber = None,
     _status: Annotated[
         str | None,
-        Query(alias="filter[status]", description="active, inactive, starting, stopping, or 1 (active), 0 (inactive)"),
+        Query(
+            alias="filter[status]",
+            description="active, inactive, starting, stopping, or 1 (active), 0 (inactive)",
+        ),
     ] = None,
     _type: Annotated[
         str | None, Query(alias="filter[type]", description="ordinary, realtime or long_running (= realtime)")
@@ -87,7 +98,9 @@ async def list_flows(
     ] = None,
     _sort: Annotated[
         str | None,
-        Query(alias="sort", description="createdAt, updatedAt or name; prefix - for descending. Default: id."),
+        Query(
+            alias="sort", description="createdAt, updatedAt or name; prefix - for descending. Default: id."
+        ),
     ] = None,
     _search: Search = None,
 ) -> JSONOut:
@@ -98,7 +111,9 @@ async def list_flows(
     return page([service.to_dict(f) for f in flows], page=lq.page, per_page=lq.size, total=total)
 
 
-@router.get("/flows/{id}", response_model=Single[Flow], responses=errors(400, 401, 403, 404), summary="Read a flow")
+@router.get(
+    "/flows/{id}", response_model=Single[Flow], responses=errors(400, 401, 403, 404), summary="Read a flow"
+)
 async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
     caller.require(perms.FLOWS_READ)

@@ -13,7 +13,8 @@ from flowyard.clock import Timestamp
 class EdgeConfig(BaseModel):
     condition: str | None = Field(None, description="JSONata; the message passes when it is truthy.")
     mapper: dict[str, Any] | None = Field(
-        None, description="Object whose leaves are JSONata expressions; the target receives the mapped object."
+        None,
+        description="Object whose leaves are JSONata expressions; the target receives the mapped object.",
     )
 
 
@@ -21,7 +22,9 @@ class Node(BaseModel):
     id: str = Field(max_length=64)
     componentId: str | None = Field(None, description="An installed component (GET /components).")
     credentials_id: str | None = Field(None, description="Id of a stored secret handed to the component.")
-    function: str | None = Field(None, description="Function of the component; default: its default function.")
+    function: str | None = Field(
+        None, description="Function of the component; default: its default function."
+    )
     name: str | None = None
     description: str | None = None
     fields: dict[str, Any] | None = Field(None, description="Arguments of the component.")
@@ -61,12 +64,17 @@ class MutableFlow(BaseModel):
         description="long_running is accepted as a synonym of realtime and stored as realtime."
     )
     cron: str | None = Field(
-        None, description="UTC cron: 5 fields, 6 with seconds first, or @hourly-style macros. Unset: webhook-driven."
+        None,
+        description="UTC cron: 5 fields, 6 with seconds first, or @hourly-style macros. "
+        "Unset: webhook-driven.",
     )
     owners: list[Owner] | None = None
     webhookSecret: str | None = Field(
-        None, min_length=16, max_length=200,
-        description="Write-only. When set, webhooks must carry X-Flowyard-Signature: sha256=<hex HMAC of the body>.",
+        None,
+        min_length=16,
+        max_length=200,
+        description="Write-only. When set, webhooks must carry "
+        "X-Flowyard-Signature: sha256=<hex HMAC of the body>.",
     )
 
 

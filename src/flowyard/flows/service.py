@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.listing import ListQuery, like_pattern, order_by
+from flowyard.api.listing import ListQuery, Sortable, like_pattern, order_by
 from flowyard.clock import isoformat, utcnow
 from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
@@ -25,8 +25,14 @@ from flowyard.ids import is_valid_id, new_id
 
 FLOW_FILTERS = frozenset({"status", "type", "user"})
 FLOW_SORTS = frozenset({"createdAt", "updatedAt", "name"})
-_STATUS_FILTER = {"active": "active", "inactive": "inactive", "starting": "starting", "stopping": "stopping",
-                  "1": "active", "0": "inactive"}
+_STATUS_FILTER = {
+    "active": "active",
+    "inactive": "inactive",
+    "starting": "starting",
+    "stopping": "stopping",
+    "1": "active",
+    "0": "inactive",
+}
 _TYPE_FILTER = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
 
 
@@ -75,7 +81,9 @@ def to_dict(flow: Flow) -> dict[str, Any]:
     }
 
 
-async def get_flow(session: AsyncSession, principal: Principal, flow_id: str, *, for_update: bool = False) -> Flow:
+async def get_flow(
+    session: AsyncSession, principal: Principal, flow_id: str, *, for_update: bool = False
+) -> Flow:
     check_id(flow_id)
     query = sa.select(Flow).where(Flow.id == flow_id)
     if for_update:
@@ -86,19 +94,26 @@ async def get_flow(session: AsyncSession, principal: Principal, flow_id: str, *,
     return flow
 
 
-async def list_flows(session: AsyncSession, principal: Principal, lq: ListQuery) -> tuple[Sequence[Flow], int]:
+async def list_flows(
+    session: AsyncSession, principal: Principal, lq: ListQuery
+) -> tuple[Sequence[Flow], int]:
     where: list[sa.ColumnElement[bool]] = [visible_clause(principal)]
     problems = []
     f = lq.filters
     if "status" in f:
         if f["status"] not in _STATUS_FILTER:
-            problems.append(Problem("filter[status] must be active, inactive, starting, stopping, 1 or 0.",
-                                    "filter[status]"))
+            problems.append(
+                Problem(
+                    "filter[status] must be active, inactive, starting, stopping, 1 or 0.", "filter[status]"
+                )
+            )
         else:
             where.append(Flow.status == _STATUS_FILTER[f["status"]])
     if "type" in f:
         if f["type"] not in _TYPE_FILTER:
-            problems.append(Problem("filter[type] must be ordinary, realtime or long_running.", "filter[type]"))
+            problems.append(
+                Problem("filter[type] must be ordinary, realtime or long_running.", "filter[type]")
+            )
         else:
             where.append(Flow.type == _TYPE_FILTER[f["type"]])
     if "user" in f:
@@ -108,7 +123,9 @@ async def list_flows(session: AsyncSession, principal: Principal, lq: ListQuery)
         else:
             where.append(
                 Flow.id.in_(
-                    sa.select(FlowOwner.flow_id).where(FlowOwner.owner_type == "user", FlowOwner.owner_id == user)
+                    sa.select(FlowOwner.flow_id).where(
+                        FlowOwner.owner_type == "user", FlowOwner.owner_id == user
+                    )
                 )
             )
     if problems:
@@ -121,18 +138,24 @@ async def list_flows(session: AsyncSession, principal: Principal, lq: ListQuery)
     total = await session.scalar(sa.select(sa.func.count()).select_from(Flow).where(*where)) or 0
     if total == 0 or lq.offset >= total:
         return [], total
-    sort_cols: dict[str, sa.ColumnElement[Any]] = {
-        "createdAt": Flow.created_at, "updatedAt": Flow.updated_at, "name": Flow.name
+    sort_cols: dict[str, Sortable] = {
+        "createdAt": Flow.created_at,
+        "updatedAt": Flow.updated_at,
+        "name": Flow.name,
     }
     query = (
-        sa.select(Flow).where(*where).order_by(*order_by(lq.sort, sort_cols, Flow.id)).limit(lq.size)
+        sa.select(Flow)
+        .where(*where)
+        .order_by(*order_by(lq.sort, sort_cols, Flow.id))
+        .limit(lq.size)
         .offset(lq.offset)
     )
     return (await session.scalars(query)).all(), total
 
 
-def _owners_for(principal: Principal | None, owners: list[dict[str, str]], tenant: str | None,
-                *, add_caller: bool) -> list[dict[str, str]]:
+def _owners_for(
+    principal: Principal | None, owners: list[dict[str, str]], tenant: str | None, *, add_caller: bool
+) -> list[dict[str, str]]:
     out = list(owners)
     extra = []
     if add_caller and principal is not None:
@@ -166,7 +189,9 @@ def _apply(flow: Flow, clean: dict[str, Any]) -> None:
         flow.webhook_secret = clean["webhookSecret"]
 
 
-async def _write_owners(session: AsyncSession, flow_id: str, owners: list[dict[str, str]], *, replace: bool) -> None:
+async def _write_owners(
+    session: AsyncSession, flow_id: str, owners: list[dict[str, str]], *, replace: bool
+) -> None:
     if replace:
         await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow_id))
     if owners:
@@ -187,8 +212,15 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
     _check_tenant(principal, clean["tenant"])
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=True)
     now = utcnow()
-    flow = Flow(id=new_id(), status="inactive", status_changed_at=now, version=1, created_at=now,
-                updated_at=now, created_by=principal.user_id)
+    flow = Flow(
+        id=new_id(),
+        status="inactive",
+        status_changed_at=now,
+        version=1,
+        created_at=now,
+        updated_at=now,
+        created_by=principal.user_id,
+    )
     _apply(flow, clean)
     return flow
 
@@ -233,10 +265,17 @@ async def update_flow(
         _check_tenant(principal, clean["tenant"])
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
     values: dict[str, Any] = {
-        "name": clean["name"], "name_lc": clean["name"].lower(), "description": clean["description"],
+        "name": clean["name"],
+        "name_lc": clean["name"].lower(),
+        "description": clean["description"],
         "description_lc": clean["description"].lower() if clean["description"] else None,
-        "tenant": clean["tenant"], "type": clean["type"], "cron": clean["cron"], "graph": clean["graph"],
-        "owners": clean["owners"], "version": flow.version + 1, "updated_at": utcnow(),
+        "tenant": clean["tenant"],
+        "type": clean["type"],
+        "cron": clean["cron"],
+        "graph": clean["graph"],
+        "owners": clean["owners"],
+        "version": flow.version + 1,
+        "updated_at": utcnow(),
     }
     if "webhookSecret" in clean:
         values["webhook_secret"] = clean["webhookSecret"]
@@ -257,9 +296,9 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
     principal.require(perms.FLOWS_DELETE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
     result = await session.execute(
-        sa.delete(Flow).where(Flow.id == flow.id, Flow.status == "inactive").execution_options(
-            synchronize_session=False
-        )
+        sa.delete(Flow)
+        .where(Flow.id == flow.id, Flow.status == "inactive")
+        .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(f"Flow is not inactive. Current status: {flow.status}")

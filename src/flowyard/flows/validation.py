@@ -15,8 +15,18 @@ from flowyard.errors import Problem
 FLOW_TYPES = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
 OWNER_TYPES = ("user", "tenant")
 READ_ONLY = frozenset(
-    {"id", "_id", "createdAt", "updatedAt", "statusMessage", "nextRunAt", "lastExecutionAt", "fromTemplate",
-     "webhookSigned", "__v"}
+    {
+        "id",
+        "_id",
+        "createdAt",
+        "updatedAt",
+        "statusMessage",
+        "nextRunAt",
+        "lastExecutionAt",
+        "fromTemplate",
+        "webhookSigned",
+        "__v",
+    }
 )
 NODE_KEYS = frozenset({"id", "componentId", "credentials_id", "function", "name", "description", "fields"})
 EDGE_KEYS = frozenset({"id", "source", "target", "config"})
@@ -34,8 +44,16 @@ class Checker:
     def add(self, path: str, message: str) -> None:
         self.problems.append(Problem(f"{path}: {message}" if path else message, path or None))
 
-    def string(self, body: dict[str, Any], key: str, path: str, *, required: bool, max_len: int,
-               nonempty: bool = False) -> str | None:
+    def string(
+        self,
+        body: dict[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool,
+        max_len: int,
+        nonempty: bool = False,
+    ) -> str | None:
         value = body.get(key)
         if value is None:
             if required:
@@ -264,8 +282,11 @@ def _node(c: Checker, node: Any, path: str, ids: set[str], registry: Registry) -
         out["componentId"] = component_id
     if function is not None:
         if component is not None and function not in component.functions:
-            c.add(f"{path}.function", f"component {component_id!r} has no function {function!r}; "
-                  f"it has {', '.join(sorted(component.functions))}")
+            c.add(
+                f"{path}.function",
+                f"component {component_id!r} has no function {function!r}; "
+                f"it has {', '.join(sorted(component.functions))}",
+            )
         elif component is None and component_id is None:
             c.add(f"{path}.function", "needs a componentId")
         out["function"] = function

@@ -39,7 +39,12 @@ ObjectId = Annotated[str, Path(description="24 hex characters.")]
 
 
 def _tenant_dict(t: Any) -> dict[str, Any]:
-    return {"id": t.id, "name": t.name, "createdAt": isoformat(t.created_at), "updatedAt": isoformat(t.updated_at)}
+    return {
+        "id": t.id,
+        "name": t.name,
+        "createdAt": isoformat(t.created_at),
+        "updatedAt": isoformat(t.updated_at),
+    }
 
 
 # -- login and tokens -----------------------------------------------------------
@@ -62,8 +67,13 @@ async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
     return JSONOut({"token": text, "id": token.id})
 
 
-@router.post("/logout", tags=["auth"], response_model=dict[str, Any], responses=errors(401),
-             summary="Revoke the caller's token")
+@router.post(
+    "/logout",
+    tags=["auth"],
+    response_model=dict[str, Any],
+    responses=errors(401),
+    summary="Revoke the caller's token",
+)
 async def logout(db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
         await service.logout(session, caller)
@@ -84,22 +94,36 @@ async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
     body = await parse_body(request, TokenCreate)
     async with db.write() as session:
         token, text = await service.create_api_token(
-            session, caller, description=body.description, expires_at=body.expiresAt,
-            permissions=body.permissions, user_id=body.user,
+            session,
+            caller,
+            description=body.description,
+            expires_at=body.expiresAt,
+            permissions=body.permissions,
+            user_id=body.user,
         )
     return single({**token_dict(token), "token": text}, 201)
 
 
-@router.get("/tokens", tags=["auth"], response_model=Single[list[TokenOut]], responses=errors(401),
-            summary="List the caller's tokens (without their text)")
+@router.get(
+    "/tokens",
+    tags=["auth"],
+    response_model=Single[list[TokenOut]],
+    responses=errors(401),
+    summary="List the caller's tokens (without their text)",
+)
 async def list_tokens(db: DB, caller: Caller) -> JSONOut:
     async with db.read() as session:
         tokens = await service.list_tokens(session, caller)
     return single([token_dict(t) for t in tokens])
 
 
-@router.delete("/tokens/{id}", tags=["auth"], response_model=dict[str, Any], responses=errors(401, 403, 404),
-               summary="Revoke a token")
+@router.delete(
+    "/tokens/{id}",
+    tags=["auth"],
+    response_model=dict[str, Any],
+    responses=errors(401, 403, 404),
+    summary="Revoke a token",
+)
 async def delete_token(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     caller.require(perms.TOKEN_DELETE)
     async with db.write() as session:
@@ -124,13 +148,15 @@ async def introspect(request: Request, db: DB, caller: Caller) -> JSONOut:
             return single({"active": False, "permissions": []})
         token, user, granted = found
         roles = (await service.roles_of(session, [user.id]))[user.id]
-    return single({
-        "active": user.status != "DISABLED",
-        "tokenId": token.id,
-        "user": user_dict(user, roles),
-        "permissions": sorted(granted),
-        "expiresAt": token_dict(token)["expiresAt"],
-    })
+    return single(
+        {
+            "active": user.status != "DISABLED",
+            "tokenId": token.id,
+            "user": user_dict(user, roles),
+            "permissions": sorted(granted),
+            "expiresAt": token_dict(token)["expiresAt"],
+        }
+    )
 
 
 # -- users ---------------------------------------------------------------------
@@ -140,7 +166,11 @@ async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, user
     lq = parse_list_query(request, paged=meta)
     async with db.read() as session:
         users, total = await service.list_users(
-            session, caller, username=username, limit=lq.size if meta else None, offset=lq.offset if meta else 0
+            session,
+            caller,
+            username=username,
+            limit=lq.size if meta else None,
+            offset=lq.offset if meta else 0,
         )
         roles = await service.roles_of(session, [u.id for u in users])
     data = [user_dict(u, roles[u.id]) for u in users]
@@ -161,8 +191,13 @@ UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only t
 
 @router.get("/api/users", **_USERS_DOC)
 async def list_users(
-    request: Request, db: DB, caller: Caller, meta: MetaFlag = False, username: UsernameFilter = None,
-    _size: PageSize = None, _number: PageNumber = None,
+    request: Request,
+    db: DB,
+    caller: Caller,
+    meta: MetaFlag = False,
+    username: UsernameFilter = None,
+    _size: PageSize = None,
+    _number: PageNumber = None,
 ) -> JSONOut:
     return await _list_users(request, db, caller, meta, username)
 
@@ -182,8 +217,13 @@ async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
     return JSONOut(user_dict(user, roles))
 
 
-@router.get("/api/users/{id}", tags=["users"], response_model=UserOut, responses=errors(401, 404),
-            summary="Read a user")
+@router.get(
+    "/api/users/{id}",
+    tags=["users"],
+    response_model=UserOut,
+    responses=errors(401, 404),
+    summary="Read a user",
+)
 async def get_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     return await _get_user(db, caller, id)
 
@@ -207,9 +247,17 @@ async def create_user(request: Request, db: DB, caller: Caller) -> JSONOut:
     body = await parse_body(request, UserCreate)
     async with db.write() as session:
         user = await service.create_user(
-            session, username=body.username, password=body.password, firstname=body.firstname,
-            lastname=body.lastname, tenant_id=body.tenant if body.tenant is not None else caller.tenant_id,
-            permissions=body.permissions, role_ids=body.roles, status=body.status, img=body.img, principal=caller,
+            session,
+            username=body.username,
+            password=body.password,
+            firstname=body.firstname,
+            lastname=body.lastname,
+            tenant_id=body.tenant if body.tenant is not None else caller.tenant_id,
+            permissions=body.permissions,
+            role_ids=body.roles,
+            status=body.status,
+            img=body.img,
+            principal=caller,
         )
         roles = (await service.roles_of(session, [user.id]))[user.id]
     return JSONOut(user_dict(user, roles), status_code=201)
@@ -231,8 +279,13 @@ async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     return JSONOut(user_dict(user, roles))
 
 
-@router.delete("/api/users/{id}", tags=["users"], response_model=dict[str, Any],
-               responses=errors(401, 403, 404, 409), summary="Delete a user (iam.account.delete)")
+@router.delete(
+    "/api/users/{id}",
+    tags=["users"],
+    response_model=dict[str, Any],
+    responses=errors(401, 403, 404, 409),
+    summary="Delete a user (iam.account.delete)",
+)
 async def delete_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     caller.require(perms.ACCOUNT_DELETE)
     async with db.write() as session:
@@ -260,16 +313,26 @@ async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
     return single(_tenant_dict(tenant), 201)
 
 
-@router.get("/tenants", tags=["tenants"], response_model=Single[list[TenantOut]], responses=errors(401),
-            summary="List tenants (all with iam.tenant.read, else the caller's own)")
+@router.get(
+    "/tenants",
+    tags=["tenants"],
+    response_model=Single[list[TenantOut]],
+    responses=errors(401),
+    summary="List tenants (all with iam.tenant.read, else the caller's own)",
+)
 async def list_tenants(db: DB, caller: Caller) -> JSONOut:
     async with db.read() as session:
         tenants = await service.list_tenants(session, caller)
     return single([_tenant_dict(t) for t in tenants])
 
 
-@router.get("/roles", tags=["roles"], response_model=Single[list[RoleOut]], responses=errors(401, 403),
-            summary="List roles (tenant.roles.read)")
+@router.get(
+    "/roles",
+    tags=["roles"],
+    response_model=Single[list[RoleOut]],
+    responses=errors(401, 403),
+    summary="List roles (tenant.roles.read)",
+)
 async def list_roles(db: DB, caller: Caller) -> JSONOut:
     async with db.read() as session:
         roles = await service.list_roles(session, caller)
@@ -290,14 +353,23 @@ async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
     body = await parse_body(request, RoleCreate)
     async with db.write() as session:
         role = await service.create_role(
-            session, name=body.name, permissions=body.permissions, description=body.description,
-            scope=body.scope, principal=caller,
+            session,
+            name=body.name,
+            permissions=body.permissions,
+            description=body.description,
+            scope=body.scope,
+            principal=caller,
         )
     return single(role_dict(role), 201)
 
 
-@router.get("/roles/{id}", tags=["roles"], response_model=Single[RoleOut], responses=errors(401, 403, 404),
-            summary="Read a role")
+@router.get(
+    "/roles/{id}",
+    tags=["roles"],
+    response_model=Single[RoleOut],
+    responses=errors(401, 403, 404),
+    summary="Read a role",
+)
 async def get_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     async with db.read() as session:
         role = await service.get_role(session, caller, id)
@@ -319,10 +391,14 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     return single(role_dict(role))
 
 
-@router.delete("/roles/{id}", tags=["roles"], response_model=dict[str, Any], responses=errors(401, 403, 404),
-               summary="Delete a role (tenant.roles.delete)")
+@router.delete(
+    "/roles/{id}",
+    tags=["roles"],
+    response_model=dict[str, Any],
+    responses=errors(401, 403, 404),
+    summary="Delete a role (tenant.roles.delete)",
+)
 async def delete_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
         await service.delete_role(session, caller, id)
     return JSONOut({})
-

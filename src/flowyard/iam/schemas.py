@@ -58,7 +58,9 @@ class UserOut(BaseModel):
 class UserCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    username: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="An e-mail address.")
+    username: str = Field(
+        min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="An e-mail address."
+    )
     password: str = Field(min_length=8, max_length=1024)
     firstname: str = Field("", max_length=200)
     lastname: str = Field("", max_length=200)
@@ -102,7 +104,9 @@ class RoleCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     permissions: list[Permission] = Field(default_factory=list)
     description: str | None = Field(None, max_length=2000)
-    scope: str | None = Field(None, description="Tenant id; omitted: the caller's tenant, or global for admins.")
+    scope: str | None = Field(
+        None, description="Tenant id; omitted: the caller's tenant, or global for admins."
+    )
 
 
 class RoleUpdate(BaseModel):
@@ -118,7 +122,9 @@ class TokenCreate(BaseModel):
 
     description: str | None = Field(None, max_length=500)
     expiresAt: datetime | None = Field(None, description="ISO timestamp; omitted: the token does not expire.")
-    permissions: list[Permission] | None = Field(None, description="Narrow the token; omitted: all of the user's.")
+    permissions: list[Permission] | None = Field(
+        None, description="Narrow the token; omitted: all of the user's."
+    )
     user: str | None = Field(None, description="Admins only: create the token for this user id.")
 
 

@@ -70,7 +70,9 @@ def check_permissions(values: Iterable[str], field: str = "permissions") -> list
 
 async def effective_permissions(session: AsyncSession, user: User) -> frozenset[str]:
     rows = await session.scalars(
-        sa.select(Role.permissions).join(UserRole, UserRole.role_id == Role.id).where(UserRole.user_id == user.id)
+        sa.select(Role.permissions)
+        .join(UserRole, UserRole.role_id == Role.id)
+        .where(UserRole.user_id == user.id)
     )
     granted = set(user.permissions or [])
     for role_perms in rows:
@@ -78,14 +80,16 @@ async def effective_permissions(session: AsyncSession, user: User) -> frozenset[
     return frozenset(granted)
 
 
-async def authenticate(session: AsyncSession, token_text: str, *, session_ttl: float) -> tuple[Principal, bool]:
+async def authenticate(
+    session: AsyncSession, token_text: str, *, session_ttl: float
+) -> tuple[Principal, bool]:
     """Resolve a bearer token. The flag says a session token's expiry should slide."""
     now = utcnow()
     row = (
         await session.execute(
-            sa.select(Token, User).join(User, User.id == Token.user_id).where(
-                Token.token_hash == hash_token(token_text)
-            )
+            sa.select(Token, User)
+            .join(User, User.id == Token.user_id)
+            .where(Token.token_hash == hash_token(token_text))
         )
     ).first()
     if row is None:
@@ -96,7 +100,8 @@ async def authenticate(session: AsyncSession, token_text: str, *, session_ttl: f
     if user.status == "DISABLED":
         raise Unauthorized("Account disabled.")
     slide = token.kind == "session" and (
-        token.expires_at is None or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
+        token.expires_at is None
+        or now + timedelta(seconds=session_ttl) - token.expires_at > _SLIDE_GRANULARITY
     )
     granted = await effective_permissions(session, user)
     if token.permissions is not None:
@@ -113,7 +118,9 @@ async def slide_session(session: AsyncSession, token_id: str, *, session_ttl: fl
     )
 
 
-async def login(session: AsyncSession, username: str, password: str, *, session_ttl: float) -> tuple[Token, str]:
+async def login(
+    session: AsyncSession, username: str, password: str, *, session_ttl: float
+) -> tuple[Token, str]:
     user = await session.scalar(sa.select(User).where(User.username == username.strip().lower()))
     if user is None:
         verify_password(None, password)
@@ -126,9 +133,7 @@ async def login(session: AsyncSession, username: str, password: str, *, session_
     now = utcnow()
     user.failed_login_attempts = 0
     user.last_login = now
-    return await _issue_token(
-        session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl)
-    )
+    return await _issue_token(session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl))
 
 
 async def _issue_token(
@@ -193,9 +198,7 @@ async def create_api_token(
 
 async def list_tokens(session: AsyncSession, principal: Principal) -> Sequence[Token]:
     return (
-        await session.scalars(
-            sa.select(Token).where(Token.user_id == principal.user_id).order_by(Token.id)
-        )
+        await session.scalars(sa.select(Token).where(Token.user_id == principal.user_id).order_by(Token.id))
     ).all()
 
 
@@ -209,9 +212,9 @@ async def delete_token(session: AsyncSession, principal: Principal, token_id: st
 async def introspect(session: AsyncSession, token_text: str) -> tuple[Token, User, frozenset[str]] | None:
     row = (
         await session.execute(
-            sa.select(Token, User).join(User, User.id == Token.user_id).where(
-                Token.token_hash == hash_token(token_text)
-            )
+            sa.select(Token, User)
+            .join(User, User.id == Token.user_id)
+            .where(Token.token_hash == hash_token(token_text))
         )
     ).first()
     if row is None:
@@ -380,7 +383,7 @@ async def update_user(
     if "status" in changes:
         if changes["status"] not in USER_STATUSES:
             raise InvalidInput(f"status must be one of {', '.join(USER_STATUSES)}.", field="status")
-        user.status = changes["status"]  # type: ignore[assignment]
+        user.status = changes["status"]
         if user.status == "DISABLED":
             await session.execute(sa.delete(Token).where(Token.user_id == user.id))
     if "password" in changes:
@@ -482,7 +485,9 @@ async def create_role(
         raise InvalidInput("name must be 1 to 200 characters.", field="name")
     await _check_tenant(session, scope)
     exists = await session.scalar(
-        sa.select(Role.id).where(Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope)
+        sa.select(Role.id).where(
+            Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope
+        )
     )
     if exists:
         raise Conflict(f"A role named {name} already exists there.")
@@ -502,8 +507,10 @@ async def create_role(
 
 
 def role_visible(principal: Principal, role: Role) -> bool:
-    return principal.is_admin or role.is_global or (
-        principal.tenant_id is not None and role.scope == principal.tenant_id
+    return (
+        principal.is_admin
+        or role.is_global
+        or (principal.tenant_id is not None and role.scope == principal.tenant_id)
     )
 
 
@@ -566,7 +573,8 @@ async def ensure_first_admin(
     username = (username or "admin@flowyard.local").strip().lower()
     if not password:
         password = secrets.token_urlsafe(18)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # Once, at first start, before anything is served: blocking the loop here costs nothing.
+        data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
         path = data_dir / "initial-admin-password"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -8,9 +8,11 @@ processes starting at once migrate one after another.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from alembic import context
+from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -21,7 +23,7 @@ config = context.config
 MIGRATION_LOCK = 0x466C6F77  # "Flow"
 
 
-def _render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+def _render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     """Render our column types as plain SQLAlchemy ones: migrations stay static."""
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"
@@ -63,7 +65,9 @@ async def _main() -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=metadata, literal_binds=True)
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url"), target_metadata=metadata, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:
