@@ -396,6 +396,34 @@ async def test_patch_tenant_rules(client: httpx.AsyncClient, world: World) -> No
     assert (await client.get(url, headers=world.bob.headers)).status_code == 200
 
 
+async def test_non_admin_cannot_hand_a_flow_to_another_tenant(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """Owners decide visibility, so an owner entry naming another tenant is "naming another tenant" (403)."""
+    foreign = {"id": world.tenant_b, "type": "tenant"}
+    r = await client.post("/flows", json=flow_body(owners=[foreign]), headers=world.alice.headers)
+    assert_error(r, 403)
+    flow = await create(client, world.alice)
+    url = f"/flows/{flow['id']}"
+    assert_error(
+        await client.patch(url, json={"owners": [*flow["owners"], foreign]}, headers=world.alice.headers), 403
+    )
+    assert_error(await client.get(url, headers=world.bob.headers), 404)
+    # Own tenant and users are fine.
+    mine = {"id": world.tenant_a, "type": "tenant"}
+    r = await client.patch(
+        url, json={"owners": [mine, {"id": "ext-user", "type": "user"}]}, headers=world.alice.headers
+    )
+    assert r.status_code == 200, r.text
+    # An administrator may share it; the tenant member can still edit the flow afterwards.
+    r = await client.patch(url, json={"owners": [mine, foreign]}, headers=world.admin.headers)
+    assert r.status_code == 200, r.text
+    assert (await client.get(url, headers=world.bob.headers)).status_code == 200
+    r = await client.patch(url, json={"name": "still mine"}, headers=world.alice.headers)
+    assert r.status_code == 200, r.text
+    assert foreign in r.json()["data"]["owners"]
+
+
 # -- validation -------------------------------------------------------------------------------------
 
 

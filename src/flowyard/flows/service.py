@@ -175,6 +175,17 @@ def _check_tenant(principal: Principal, tenant: str | None) -> None:
         raise Forbidden("You can only assign flows to your own tenant.")
 
 
+def _check_tenant_owners(
+    principal: Principal, owners: list[dict[str, str]], kept: list[dict[str, str]] | None = None
+) -> None:
+    """A tenant owner makes the flow visible (and editable) in that tenant, so naming another
+    tenant there is as forbidden as in ``tenant``. Entries already stored (an admin may have
+    shared the flow) stay allowed."""
+    for owner in owners:
+        if owner["type"] == "tenant" and (kept is None or owner not in kept):
+            _check_tenant(principal, owner["id"])
+
+
 def _apply(flow: Flow, clean: dict[str, Any]) -> None:
     flow.name = clean["name"]
     flow.name_lc = clean["name"].lower()
@@ -210,6 +221,7 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
     if clean["tenant"] is None:
         clean["tenant"] = principal.tenant_id
     _check_tenant(principal, clean["tenant"])
+    _check_tenant_owners(principal, clean["owners"])
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=True)
     now = utcnow()
     flow = Flow(
@@ -263,6 +275,7 @@ async def update_flow(
         clean.pop("webhookSecret", None)
     if clean["tenant"] != flow.tenant:
         _check_tenant(principal, clean["tenant"])
+    _check_tenant_owners(principal, clean["owners"], kept=flow.owners)
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
     values: dict[str, Any] = {
         "name": clean["name"],
