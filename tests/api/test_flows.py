@@ -299,6 +299,35 @@ async def test_start_and_stop(client: httpx.AsyncClient, world: World, db: Datab
     assert (await client.get(url, headers=world.alice.headers)).json()["data"]["status"] == "stopping"
 
 
+async def test_narrowed_token_and_tenant_all(
+    client: httpx.AsyncClient, world: World, db: Database, factory: Factory
+) -> None:
+    flow = await create(client, world.alice)
+    url = f"/flows/{flow['id']}"
+    r = await client.post("/tokens", json={"permissions": ["tenant.flows.read"]}, headers=world.alice.headers)
+    assert r.status_code == 201, r.text
+    narrowed = {"Authorization": f"Bearer {r.json()['data']['token']}"}
+    assert (await client.get(url, headers=narrowed)).status_code == 200
+    for method, path in (("POST", f"{url}/start"), ("POST", f"{url}/stop"), ("PATCH", url), ("DELETE", url)):
+        assert_error(await client.request(method, path, json={"name": "x"}, headers=narrowed), 403)
+    assert_error(await client.post("/flows", json=flow_body(), headers=narrowed), 403)
+    # A token that is narrowed still sees nothing outside its user's tenant.
+    r = await client.post("/tokens", json={"permissions": ["tenant.flows.read"]}, headers=world.bob.headers)
+    assert_error(await client.get(url, headers={"Authorization": f"Bearer {r.json()['data']['token']}"}), 404)
+    # tenant.all covers every tenant.flows.* permission, inside the own tenant only.
+    boss = await factory.user(tenant=world.tenant_a, permissions=["tenant.all"])
+    other_boss = await factory.user(tenant=world.tenant_b, permissions=["tenant.all"])
+    assert (await client.patch(url, json={"name": "boss"}, headers=boss.headers)).status_code == 200
+    assert_error(await client.patch(url, json={"name": "x"}, headers=other_boss.headers), 404)
+    assert_error(await client.post(f"{url}/start", headers=other_boss.headers), 404)
+    r = await client.post(f"{url}/start", headers=boss.headers)
+    assert r.status_code == 200, r.text
+    await set_status(db, flow["id"], "active")
+    assert (await client.post(f"{url}/stop", headers=boss.headers)).status_code == 200
+    await set_status(db, flow["id"], "inactive")
+    assert (await client.delete(url, headers=boss.headers)).status_code == 200
+
+
 # -- update ---------------------------------------------------------------------------------------
 
 
