@@ -681,6 +681,10 @@ async def test_list_empty(client: httpx.AsyncClient, world: World) -> None:
         "sort=--name",
         "sort=",
         "search=" + "x" * 501,
+        "page[size]=10&page[size]=20",
+        "page[number]=1&page[number]=1",
+        "sort=name&sort=-name",
+        "search=a&search=b",
     ],
 )
 async def test_list_bad_query_is_400(client: httpx.AsyncClient, world: World, query: str) -> None:

@@ -66,6 +66,10 @@ def parse_list_query(
             problems.append(
                 Problem("Query parameters must not contain NUL characters.", key.replace("\x00", ""))
             )
+    # Given twice, one of the values would be silently ignored (as for filter[...] below).
+    for key in ("page[size]", "page[number]", "sort", "search"):
+        if len(params.getlist(key)) > 1:
+            problems.append(Problem(f"{key} given more than once.", key))
     page = size = 0
     if paged:
         # Pages past 10**9 cannot exist and would overflow OFFSET on some databases.
