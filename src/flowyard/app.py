@@ -143,6 +143,8 @@ def _install_openapi(app: FastAPI) -> None:
         # FastAPI documents 422 for parameter validation; we answer 400 in the error shape.
         for path in schema.get("paths", {}).values():
             for op in path.values():
+                for param in op.get("parameters", []):
+                    _drop_null_alternative(param)
                 responses = op.get("responses", {})
                 if responses.pop("422", None) is not None and "400" not in responses:
                     responses["400"] = {
@@ -157,3 +159,15 @@ def _install_openapi(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _drop_null_alternative(param: dict[str, Any]) -> None:
+    """``str | None`` parameters come out as ``anyOf: [string, null]``. A query string cannot
+    say null (leaving the parameter out can), so document the plain type."""
+    schema = param.get("schema", {})
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == 1 and len(rest) < len(options):
+            schema.pop("anyOf")
+            schema.update(rest[0])

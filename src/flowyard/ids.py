@@ -10,7 +10,7 @@ import os
 import re
 import time
 
-_ID_RE = re.compile(r"^[0-9a-f]{24}$")
+_ID_RE = re.compile(r"[0-9a-f]{24}")
 
 
 def new_id() -> str:
@@ -18,4 +18,5 @@ def new_id() -> str:
 
 
 def is_valid_id(value: str) -> bool:
-    return bool(_ID_RE.match(value))
+    # fullmatch: with match, "$" also accepts a trailing newline.
+    return bool(_ID_RE.fullmatch(value))

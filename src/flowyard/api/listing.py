@@ -6,15 +6,20 @@ Parsed from the raw query string so bracketed names work and unknown
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from fastapi import Query, Request
+from sqlalchemy.orm import InstrumentedAttribute
 
 from flowyard.errors import InvalidInput, Problem
 
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 10
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,10 @@ def _int_param(
 ) -> tuple[int, Problem | None]:
     if raw is None:
         return default, None
-    try:
-        value = int(raw.strip())
-    except ValueError:
+    # int() would also take " 2", "1_000" and non-ASCII (e.g. fullwidth) digits.
+    if not _INTEGER.fullmatch(raw):
         return default, Problem(f"{name} must be an integer.", name)
+    value = int(raw)
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
         return default, Problem(f"{name} must be {bound}.", name)
@@ -55,6 +60,16 @@ def parse_list_query(
 ) -> ListQuery:
     params = request.query_params
     problems: list[Problem] = []
+    # PostgreSQL cannot compare text with U+0000 in it; refuse it on both databases alike.
+    for key, value in params.multi_items():
+        if "\x00" in key or "\x00" in value:
+            problems.append(
+                Problem("Query parameters must not contain NUL characters.", key.replace("\x00", ""))
+            )
+    # Given twice, one of the values would be silently ignored (as for filter[...] below).
+    for key in ("page[size]", "page[number]", "sort", "search"):
+        if len(params.getlist(key)) > 1:
+            problems.append(Problem(f"{key} given more than once.", key))
     page = size = 0
     if paged:
         # Pages past 10**9 cannot exist and would overflow OFFSET on some databases.
@@ -95,7 +110,12 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def order_by(sort: str | None, columns: dict[str, Any], id_col: Any) -> list[Any]:
+Sortable = sa.ColumnElement[Any] | InstrumentedAttribute[Any]
+
+
+def order_by(
+    sort: str | None, columns: Mapping[str, Sortable], id_col: Sortable
+) -> list[sa.UnaryExpression[Any]]:
     """The ORDER BY for ``sort``; ties broken by id ascending (default: id ascending)."""
     if not sort:
         return [id_col.asc()]

@@ -93,7 +93,8 @@ async def list_flows(
         str | None, Query(alias="filter[type]", description="ordinary, realtime or long_running (= realtime)")
     ] = None,
     _user: Annotated[
-        str | None, Query(alias="filter[user]", description="Flows owned by this user id")
+        str | None,
+        Query(alias="filter[user]", min_length=1, max_length=64, description="Flows owned by this user id"),
     ] = None,
     _sort: Annotated[
         str | None,

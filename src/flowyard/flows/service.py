@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.listing import ListQuery, like_pattern, order_by
+from flowyard.api.listing import ListQuery, Sortable, like_pattern, order_by
 from flowyard.clock import isoformat, utcnow
 from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
@@ -138,7 +138,7 @@ async def list_flows(
     total = await session.scalar(sa.select(sa.func.count()).select_from(Flow).where(*where)) or 0
     if total == 0 or lq.offset >= total:
         return [], total
-    sort_cols: dict[str, Any] = {
+    sort_cols: dict[str, Sortable] = {
         "createdAt": Flow.created_at,
         "updatedAt": Flow.updated_at,
         "name": Flow.name,
@@ -173,6 +173,17 @@ def _owners_for(
 def _check_tenant(principal: Principal, tenant: str | None) -> None:
     if tenant is not None and not principal.is_admin and tenant != principal.tenant_id:
         raise Forbidden("You can only assign flows to your own tenant.")
+
+
+def _check_tenant_owners(
+    principal: Principal, owners: list[dict[str, str]], kept: list[dict[str, str]] | None = None
+) -> None:
+    """A tenant owner makes the flow visible (and editable) in that tenant, so naming another
+    tenant there is as forbidden as in ``tenant``. Entries already stored (an admin may have
+    shared the flow) stay allowed."""
+    for owner in owners:
+        if owner["type"] == "tenant" and (kept is None or owner not in kept):
+            _check_tenant(principal, owner["id"])
 
 
 def _apply(flow: Flow, clean: dict[str, Any]) -> None:
@@ -210,6 +221,7 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
     if clean["tenant"] is None:
         clean["tenant"] = principal.tenant_id
     _check_tenant(principal, clean["tenant"])
+    _check_tenant_owners(principal, clean["owners"])
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=True)
     now = utcnow()
     flow = Flow(
@@ -263,6 +275,7 @@ async def update_flow(
         clean.pop("webhookSecret", None)
     if clean["tenant"] != flow.tenant:
         _check_tenant(principal, clean["tenant"])
+    _check_tenant_owners(principal, clean["owners"], kept=flow.owners)
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
     values: dict[str, Any] = {
         "name": clean["name"],

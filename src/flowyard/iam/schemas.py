@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from flowyard.clock import Timestamp, isoformat
+from flowyard.iam import permissions as perms
 from flowyard.iam.models import Role, Token, User
 
 UserStatus = Literal["ACTIVE", "PENDING", "DISABLED"]
+# Documented as the enumeration, but checked by the service, which names each unknown value.
+Permission = Annotated[str, WithJsonSchema({"type": "string", "enum": list(perms.PERMISSIONS)})]
 
 
 class Login(BaseModel):
@@ -62,7 +65,7 @@ class UserCreate(BaseModel):
     firstname: str = Field("", max_length=200)
     lastname: str = Field("", max_length=200)
     tenant: str | None = None
-    permissions: list[str] = Field(default_factory=list)
+    permissions: list[Permission] = Field(default_factory=list)
     roles: list[str] = Field(default_factory=list, description="Role ids.")
     status: UserStatus = "ACTIVE"
     img: str | None = Field(None, max_length=2000)
@@ -75,7 +78,7 @@ class UserUpdate(BaseModel):
     firstname: str | None = Field(None, max_length=200)
     lastname: str | None = Field(None, max_length=200)
     tenant: str | None = None
-    permissions: list[str] | None = None
+    permissions: list[Permission] | None = None
     roles: list[str] | None = None
     status: UserStatus | None = None
     img: str | None = Field(None, max_length=2000)
@@ -99,7 +102,7 @@ class RoleCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
-    permissions: list[str] = Field(default_factory=list)
+    permissions: list[Permission] = Field(default_factory=list)
     description: str | None = Field(None, max_length=2000)
     scope: str | None = Field(
         None, description="Tenant id; omitted: the caller's tenant, or global for admins."
@@ -110,7 +113,7 @@ class RoleUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, min_length=1, max_length=200)
-    permissions: list[str] | None = None
+    permissions: list[Permission] | None = None
     description: str | None = Field(None, max_length=2000)
 
 
@@ -119,7 +122,9 @@ class TokenCreate(BaseModel):
 
     description: str | None = Field(None, max_length=500)
     expiresAt: datetime | None = Field(None, description="ISO timestamp; omitted: the token does not expire.")
-    permissions: list[str] | None = Field(None, description="Narrow the token; omitted: all of the user's.")
+    permissions: list[Permission] | None = Field(
+        None, description="Narrow the token; omitted: all of the user's."
+    )
     user: str | None = Field(None, description="Admins only: create the token for this user id.")
 
 

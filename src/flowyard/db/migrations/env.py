@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from alembic import context
+from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -22,7 +23,7 @@ config = context.config
 MIGRATION_LOCK = 0x466C6F77  # "Flow"
 
 
-def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
+def _render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     """Render our column types as plain SQLAlchemy ones: migrations stay static."""
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"

@@ -1,0 +1,98 @@
+"""The migration tree, on an empty SQLite file and an empty PostgreSQL database:
+one head, upgrade to it matches the models exactly, down to base and up again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from flowyard.db import migrate
+from flowyard.db.metadata import metadata
+from tests.conftest import IN_CI, PG_ADMIN_DSN, _create_pg_database, _drop_pg_database, _pg_available
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database nobody has migrated yet (not the shared, already migrated ones)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+        return
+    reason = asyncio.run(_pg_available())
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL at {PG_ADMIN_DSN} is required in CI: {reason}")
+        pytest.skip(f"PostgreSQL not reachable ({reason})")
+    url = _create_pg_database()
+    yield url
+    _drop_pg_database(url)
+
+
+def _in_sync(url: str, fn: Any) -> Any:
+    async def run() -> Any:
+        engine = create_async_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            async with engine.connect() as conn:
+                return await conn.run_sync(fn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _tables(url: str) -> set[str]:
+    return _in_sync(url, lambda conn: set(sa.inspect(conn).get_table_names()))
+
+
+def _current(url: str) -> str | None:
+    return _in_sync(url, lambda conn: MigrationContext.configure(conn).get_current_revision())
+
+
+def _diff(url: str) -> list[Any]:
+    def compare(conn: sa.Connection) -> list[Any]:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "compare_server_default": True}
+        )
+        return compare_metadata(context, metadata)
+
+    return _in_sync(url, compare)
+
+
+def test_exactly_one_head() -> None:
+    script = ScriptDirectory.from_config(migrate.alembic_config("sqlite+aiosqlite://"))
+    heads = script.get_heads()
+    assert len(heads) == 1, heads
+    # Every revision reachable from the head, down to a single base.
+    assert len(script.get_bases()) == 1
+    assert len(list(script.walk_revisions())) >= 1
+
+
+def test_upgrade_matches_models_and_round_trips(empty_url: str) -> None:
+    head = ScriptDirectory.from_config(migrate.alembic_config(empty_url)).get_current_head()
+    assert _tables(empty_url) == set()
+
+    migrate.upgrade(empty_url)
+    assert _current(empty_url) == head
+    expected = {t.name for t in metadata.sorted_tables}
+    assert expected <= _tables(empty_url)
+    assert _diff(empty_url) == []
+
+    # Upgrading again is a no-op.
+    migrate.upgrade(empty_url)
+    assert _current(empty_url) == head
+
+    migrate.downgrade(empty_url, "base")
+    assert _current(empty_url) is None
+    assert _tables(empty_url) <= {"alembic_version"}
+
+    migrate.upgrade(empty_url)
+    assert _current(empty_url) == head
+    assert _diff(empty_url) == []
