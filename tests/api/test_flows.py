@@ -913,3 +913,30 @@ async def test_concurrent_commands_across_processes(
             await c.aclose()
         for other in others:
             await other.dispose()
+
+
+async def test_non_admin_can_only_add_own_tenants_users_as_owners(
+    client: httpx.AsyncClient, factory: Factory
+) -> None:
+    t1, t2 = await factory.tenant(), await factory.tenant()
+    alice, colleague, outsider = (
+        await factory.user(tenant=t1),
+        await factory.user(tenant=t1),
+        await factory.user(tenant=t2),
+    )
+    body = flow_body(owners=[{"id": outsider.id, "type": "user"}])
+    r = await client.post("/flows", json=body, headers=alice.headers)
+    assert r.status_code == 403 and outsider.id in r.json()["errors"][0]["message"]
+    assert (await client.get("/flows", headers=outsider.headers)).json()["meta"]["total"] == 0
+    r = await client.post(
+        "/flows", json=[body, flow_body(owners=[{"id": colleague.id, "type": "user"}])], headers=alice.headers
+    )
+    assert r.status_code == 201
+    first, second = r.json()["data"]
+    assert first["errors"][0]["code"] == 403 and second["id"]
+    r = await client.patch(
+        f"/flows/{second['id']}",
+        json={"owners": [{"id": outsider.id, "type": "user"}]},
+        headers=alice.headers,
+    )
+    assert r.status_code == 403

@@ -62,10 +62,19 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                     }
                 )
         async with db.write() as session:
+            for i, entry in enumerate(results):
+                if isinstance(entry, dict):
+                    continue
+                try:
+                    await service.check_user_owners(session, caller, entry.owners)
+                except FlowyardError as exc:
+                    good.remove(entry)
+                    results[i] = {"errors": [{"message": exc.message, "code": exc.status}]}
             await service.insert_flows(session, good)
         return single([service.to_dict(r) if not isinstance(r, dict) else r for r in results], 201)
     flow = service.prepare_new_flow(caller, body, registry)
     async with db.write() as session:
+        await service.check_user_owners(session, caller, flow.owners)
         await service.insert_flows(session, [flow])
     return single(service.to_dict(flow), 201)
 

@@ -20,6 +20,7 @@ from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows.models import Flow, FlowOwner
 from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
+from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.ids import is_valid_id, new_id
 
@@ -186,6 +187,39 @@ def _check_tenant_owners(
             _check_tenant(principal, owner["id"])
 
 
+async def check_user_owners(
+    session: AsyncSession,
+    principal: Principal,
+    owners: Sequence[dict[str, str]],
+    kept: Sequence[dict[str, str]] | None = None,
+) -> None:
+    """A user owner sees and may edit the flow, so a non-admin may name only itself or
+    users of its own tenant (entries already stored stay allowed)."""
+    if principal.is_admin:
+        return
+    wanted = {
+        o["id"]
+        for o in owners
+        if o["type"] == "user" and o["id"] != principal.user_id and (kept is None or o not in kept)
+    }
+    if not wanted:
+        return
+    allowed: set[str] = set()
+    if principal.tenant_id:
+        allowed = set(
+            (
+                await session.scalars(
+                    sa.select(User.id).where(
+                        User.id.in_(sorted(wanted)), User.tenant_id == principal.tenant_id
+                    )
+                )
+            ).all()
+        )
+    outside = sorted(wanted - allowed)
+    if outside:
+        raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
+
+
 def _apply(flow: Flow, clean: dict[str, Any]) -> None:
     flow.name = clean["name"]
     flow.name_lc = clean["name"].lower()
@@ -276,6 +310,7 @@ async def update_flow(
     if clean["tenant"] != flow.tenant:
         _check_tenant(principal, clean["tenant"])
     _check_tenant_owners(principal, clean["owners"], kept=flow.owners)
+    await check_user_owners(session, principal, clean["owners"], kept=flow.owners)
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
     values: dict[str, Any] = {
         "name": clean["name"],
