@@ -52,8 +52,12 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         self._writer = self.engine.execution_options(flowyard_immediate=True)
+        self._relaxed_writer = self.engine.execution_options(flowyard_immediate=True, flowyard_relaxed=True)
         self._read_sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
         self._write_sessions = async_sessionmaker(self._writer, expire_on_commit=False, autoflush=False)
+        self._relaxed_sessions = async_sessionmaker(
+            self._relaxed_writer, expire_on_commit=False, autoflush=False
+        )
         # SQLite has one writer at a time anyway; queueing writers of this process
         # here is cheaper and fairer than SQLite's sleep-and-retry busy handler.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
@@ -68,8 +72,13 @@ class Database:
                 raise _map_db_error(exc) from exc
 
     @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncSession]:
+    async def write(self, *, durable: bool = True) -> AsyncIterator[AsyncSession]:
         """A write transaction, committed when the block ends without error.
+
+        ``durable=False`` (SQLite only) commits without waiting for the disk: for
+        writes whose loss at a power cut is harmless because the queue repeats
+        them (claims, lease renewals, recorded outcomes: the execution runs again).
+        A later durable commit still persists them, as the WAL is append-only.
 
         On SQLite it starts with BEGIN IMMEDIATE, so two transactions that read
         first and write later cannot deadlock upgrading their locks.
@@ -78,7 +87,8 @@ class Database:
         if lock is not None:
             await lock.acquire()
         try:
-            async with self._write_sessions() as session:
+            factory = self._write_sessions if durable else self._relaxed_sessions
+            async with factory() as session:
                 try:
                     async with session.begin():
                         yield session
@@ -119,7 +129,14 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        if conn.get_execution_options().get("flowyard_immediate"):
+        options = conn.get_execution_options()
+        relaxed = bool(options.get("flowyard_relaxed"))
+        info = conn.connection.info
+        if info.get("flowyard_relaxed", False) != relaxed:
+            # Per connection and only on change: most transactions pay nothing for it.
+            conn.exec_driver_sql(f"PRAGMA synchronous={'NORMAL' if relaxed else 'FULL'}")
+            info["flowyard_relaxed"] = relaxed
+        if options.get("flowyard_immediate"):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             conn.exec_driver_sql("BEGIN")

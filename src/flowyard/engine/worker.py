@@ -112,7 +112,7 @@ class Worker:
                     await self._wake.wait()
 
     async def _claim(self, limit: int) -> list[queue.Claimed]:
-        async with self.db.write() as session:
+        async with self.db.write(durable=False) as session:
             return await queue.claim(
                 session, worker_id=self.id, limit=limit, lease_seconds=self.settings.lease_seconds
             )
@@ -227,7 +227,7 @@ class Worker:
             if not batch:
                 return
             try:
-                async with self.db.write() as session:
+                async with self.db.write(durable=False) as session:
                     held = await queue.complete(session, batch, worker_id=self.id)
             except Exception:
                 log.exception("recording %d outcomes failed; retrying", len(batch))
@@ -250,7 +250,7 @@ class Worker:
             if not ids:
                 continue
             try:
-                async with self.db.write() as session:
+                async with self.db.write(durable=False) as session:
                     await queue.renew(
                         session, worker_id=self.id, ids=ids, lease_seconds=self.settings.lease_seconds
                     )
@@ -262,7 +262,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                async with self.db.write() as session:
+                async with self.db.write(durable=False) as session:
                     requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts)
                     for e in dead:
                         session.add(
@@ -300,7 +300,7 @@ class Worker:
         if unfinished:
             # Hand them back now rather than after the lease expires.
             with contextlib.suppress(Exception):
-                async with self.db.write() as session:
+                async with self.db.write(durable=False) as session:
                     await session.execute(
                         sa.update(queue.Execution)
                         .where(
