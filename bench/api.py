@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import time
 from typing import Any
 from urllib.parse import quote
@@ -69,6 +70,16 @@ SYSTEMS = [
     "twilio",
     "sendgrid",
     "segment",
+    "airtable",
+    "notion",
+    "klaviyo",
+    "braze",
+    "adyen",
+    "paypal",
+    "shipbob",
+    "fedex",
+    "docusign",
+    "gusto",
 ]
 VERBS = [
     "sync",
@@ -110,9 +121,9 @@ TEAMS = [
 
 def flow_body(i: int, rng: random.Random) -> dict[str, Any]:
     verb, obj = rng.choice(VERBS), rng.choice(OBJECTS)
-    src, dst = rng.sample(SYSTEMS, 2)
+    dst = rng.choice(SYSTEMS)
     body: dict[str, Any] = {
-        "name": f"{verb.title()} {obj} {src} → {dst} #{i}",
+        "name": f"{verb.title()} {obj} to {dst} #{i}",
         "type": rng.choices(("ordinary", "realtime", "long_running"), (75, 20, 5))[0],
         "graph": {
             "nodes": [
@@ -240,6 +251,9 @@ def main() -> None:
         "--analyze", action="store_true", help="Run ANALYZE after loading (flowyard never does)."
     )
     parser.add_argument("--no-explain", action="store_true")
+    parser.add_argument(
+        "--keep", action="store_true", help="Keep the data directory (it is deleted otherwise)."
+    )
     args = parser.parse_args()
 
     server = Server()
@@ -279,6 +293,10 @@ def main() -> None:
         print(f"server peak RSS {server.peak_rss / 2**20:.0f} MiB")
     finally:
         server.stop()
+        if args.keep:
+            print(f"data kept in {server.data_dir}")
+        else:
+            shutil.rmtree(server.data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

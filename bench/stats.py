@@ -24,6 +24,7 @@ import asyncio
 import http.client
 import math
 import random
+import shutil
 import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -220,6 +221,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0, help="Concurrent load per case.")
     parser.add_argument("--no-explain", action="store_true")
+    parser.add_argument(
+        "--keep", action="store_true", help="Keep the data directory (it is deleted otherwise)."
+    )
     args = parser.parse_args()
 
     server = Server()
@@ -268,6 +272,10 @@ def main() -> None:
         print(f"server RSS {server.rss() / 2**20:.0f} MiB, peak {server.peak_rss / 2**20:.0f} MiB")
     finally:
         server.stop()
+        if args.keep:
+            print(f"data kept in {server.data_dir}")
+        else:
+            shutil.rmtree(server.data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
