@@ -144,13 +144,13 @@ async def list_flows(
         "updatedAt": Flow.updated_at,
         "name": Flow.name,
     }
-    query = (
-        sa.select(Flow)
-        .where(*where)
-        .order_by(*order_by(lq.sort, sort_cols, Flow.id))
-        .limit(lq.size)
-        .offset(lq.offset)
-    )
+    order = order_by(lq.sort, sort_cols, Flow.id)
+    # Deferred join: pick the page's ids first, then read only those rows. Without
+    # it the database sorts whole rows (graph JSON included) of everything that
+    # matches before keeping a page: 35k active flows sorted by updatedAt took
+    # ~180 ms instead of ~80 ms on SQLite (bench/api.py).
+    page_ids = sa.select(Flow.id).where(*where).order_by(*order).limit(lq.size).offset(lq.offset)
+    query = sa.select(Flow).where(Flow.id.in_(page_ids)).order_by(*order)
     return (await session.scalars(query)).all(), total
 
 

@@ -1,0 +1,303 @@
+"""Flow API reads over a large catalogue: 100,000 flows in 10 tenants, served by
+`flowyard serve` on SQLite.
+
+The flows are written straight into the (stopped) server's database through
+flows.service.prepare_new_flow (full validation; owners = a user and its tenant)
+and Core INSERTs of the same flows + flow_owners rows insert_flows writes,
+committed 10,000 at a time. Then, for a tenant member (non-admin: the
+visibility path) and for the admin, each of
+
+    GET /flows                                       (default page: id order)
+    GET /flows?search=<word>                         (a few percent match)
+    GET /flows?filter[status]=active&sort=-updatedAt
+    GET /flows/{id}                                  (ids cycle over the member's flows)
+
+runs under 16 keep-alive clients for 10 s. Prints requests/s, p50/p99 latency,
+errors, server CPU per request, RSS, and EXPLAIN QUERY PLAN (plus the bare
+SQL time) of every statement each request sends.
+
+    .venv/bin/python bench/api.py [--flows 100000] [--tenants 10] [--users 10] \
+        [--clients 16] [--seconds 10] [--search shopify] [--analyze]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+from _common import Server, get_request, run_load, summary
+from _seed import Capture, People, create_people, database, load_flows, one_line
+
+from flowyard.api.listing import ListQuery
+from flowyard.flows import service as flows
+from flowyard.iam.principal import Principal
+
+SYSTEMS = [
+    "salesforce",
+    "sap",
+    "shopify",
+    "hubspot",
+    "zendesk",
+    "stripe",
+    "netsuite",
+    "jira",
+    "slack",
+    "magento",
+    "workday",
+    "marketo",
+    "dynamics",
+    "servicenow",
+    "mailchimp",
+    "quickbooks",
+    "xero",
+    "pipedrive",
+    "intercom",
+    "freshdesk",
+    "asana",
+    "trello",
+    "dropbox",
+    "box",
+    "gitlab",
+    "github",
+    "okta",
+    "twilio",
+    "sendgrid",
+    "segment",
+    "airtable",
+    "notion",
+    "klaviyo",
+    "braze",
+    "adyen",
+    "paypal",
+    "shipbob",
+    "fedex",
+    "docusign",
+    "gusto",
+]
+VERBS = [
+    "sync",
+    "import",
+    "export",
+    "mirror",
+    "notify",
+    "enrich",
+    "route",
+    "archive",
+    "reconcile",
+    "backfill",
+]
+OBJECTS = [
+    "orders",
+    "invoices",
+    "contacts",
+    "tickets",
+    "leads",
+    "shipments",
+    "payments",
+    "products",
+    "refunds",
+    "subscriptions",
+]
+TEAMS = [
+    "finance",
+    "logistics",
+    "support",
+    "sales",
+    "marketing",
+    "platform",
+    "data",
+    "ops",
+    "légal",
+    "übersee",
+]
+
+
+def flow_body(i: int, rng: random.Random) -> dict[str, Any]:
+    verb, obj = rng.choice(VERBS), rng.choice(OBJECTS)
+    dst = rng.choice(SYSTEMS)
+    body: dict[str, Any] = {
+        "name": f"{verb.title()} {obj} to {dst} #{i}",
+        "type": rng.choices(("ordinary", "realtime", "long_running"), (75, 20, 5))[0],
+        "graph": {
+            "nodes": [
+                {"id": "in", "componentId": "webhook"},
+                {
+                    "id": "map",
+                    "componentId": "jsonata",
+                    "fields": {"expression": f"$merge([$, {{'n': {i}}}])"},
+                },
+                {"id": "out", "componentId": rng.choice(("log", "http"))}
+                if rng.random() < 0.5
+                else {"id": "out", "componentId": "log", "fields": {"level": "info", "message": obj}},
+            ],
+            "edges": [{"source": "in", "target": "map"}, {"source": "map", "target": "out"}],
+        },
+    }
+    if body["graph"]["nodes"][2]["componentId"] == "http":
+        body["graph"]["nodes"][2]["fields"] = {
+            "url": f"https://{dst}.example.com/api/{obj}",
+            "method": "POST",
+        }
+    if rng.random() < 0.8:
+        body["description"] = (
+            f"{verb.title()}s {obj} for the {rng.choice(TEAMS)} team; "
+            f"falls back to {rng.choice(SYSTEMS)} when {dst} is down. Reviewed {rng.randint(1, 52)} weeks ago."
+        )
+    return body
+
+
+def status_for(rng: random.Random) -> str:
+    # Only steady states: the engine of the measured server would otherwise
+    # spend the run completing starting/stopping moves.
+    return "active" if rng.random() < 0.35 else "inactive"
+
+
+def queries(search: str) -> list[tuple[str, str, ListQuery | None]]:
+    return [
+        ("GET /flows", "/flows", ListQuery()),
+        (f"GET /flows?search={search}", f"/flows?search={quote(search)}", ListQuery(search=search)),
+        (
+            "GET /flows?filter[status]=active&sort=-updatedAt",
+            "/flows?" + quote("filter[status]") + "=active&sort=-updatedAt",
+            ListQuery(sort="-updatedAt", filters={"status": "active"}),
+        ),
+        ("GET /flows/{id}", "", None),
+    ]
+
+
+async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[str]]:
+    db = database(server.data_dir)
+    try:
+        started = time.perf_counter()
+        people = await create_people(db, args.tenants, args.users)
+
+        def progress(n: int) -> None:
+            print(f"  {n} flows ({time.perf_counter() - started:.0f} s)", end="\r", flush=True)
+
+        rows = await load_flows(db, people, args.flows, flow_body, status_for=status_for, progress=progress)
+        print()
+        if args.analyze:
+            async with db.engine.connect() as conn:
+                await conn.exec_driver_sql("ANALYZE")
+        member_tenant = people.tenants[0]
+        visible = [r["id"] for r in rows if r["tenant"] == member_tenant]
+        statuses = {s: sum(r["status"] == s for r in rows) for s in ("active", "inactive")}
+        print(
+            f"loaded {len(rows)} flows for {len(people.tenants)} tenants x {args.users} users in "
+            f"{time.perf_counter() - started:.0f} s (prepare_new_flow + executemany INSERT, 10k per commit); "
+            f"{statuses}; member sees {len(visible)}; ANALYZE {'run' if args.analyze else 'not run (as in production)'}"
+        )
+        return people, visible
+    finally:
+        await db.dispose()
+
+
+async def explain(args: argparse.Namespace, server: Server, people: People, flow_id: str) -> None:
+    db = database(server.data_dir)
+    cap = Capture(db)
+    member = people.users[0][0]
+    callers = {
+        "member": people.principal(member, people.tenants[0]),
+        "admin": Principal(people.admin_id, "admin", None, frozenset({"all"}), ""),
+    }
+    try:
+        for label, _path, lq in queries(args.search):
+            for who, principal in callers.items():
+
+                async def call(
+                    session: Any, lq: ListQuery | None = lq, principal: Principal = principal
+                ) -> None:
+                    if lq is None:
+                        await flows.get_flow(session, principal, flow_id)
+                    else:
+                        await flows.list_flows(session, principal, lq)
+
+                print(f"\n{label} as {who}:")
+                for sql, params in await cap.run(call):
+                    lines, ms = await cap.explain(sql, params)
+                    print(f"  SQL ({ms:.2f} ms alone): {one_line(sql)}")
+                    for line in lines:
+                        print(f"    {line}")
+    finally:
+        await db.dispose()
+
+
+def login(server: Server, username: str, password: str) -> dict[str, str]:
+    r = httpx.post(f"{server.base}/login", json={"username": username, "password": password})
+    r.raise_for_status()
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--flows", type=int, default=100_000)
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--users", type=int, default=10, help="Users per tenant.")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--search", default="shopify", help="Search word (a system name: a few percent of flows)."
+    )
+    parser.add_argument(
+        "--analyze", action="store_true", help="Run ANALYZE after loading (flowyard never does)."
+    )
+    parser.add_argument("--no-explain", action="store_true")
+    parser.add_argument(
+        "--keep", action="store_true", help="Keep the data directory (it is deleted otherwise)."
+    )
+    args = parser.parse_args()
+
+    server = Server()
+    server.start()  # migrates and creates the admin
+    server.stop()
+    people, visible = asyncio.run(load(args, server))
+    if not args.no_explain:
+        print("\n== query plans (EXPLAIN QUERY PLAN of each statement the request sends) ==")
+        asyncio.run(explain(args, server, people, visible[len(visible) // 2]))
+
+    server.start()
+    try:
+        callers = {"member": login(server, *people.member(0)), "admin": server.login()}
+        print(
+            f"\n== {args.clients} clients x {args.seconds:.0f} s each, SQLite, engine on; "
+            f"server RSS {server.rss() / 2**20:.0f} MiB after start =="
+        )
+        for label, path, _lq in queries(args.search):
+            for who, headers in callers.items():
+                if path:
+                    make = get_request(lambda i, p=path: p, headers)
+                else:
+                    make = get_request(lambda i: f"/flows/{visible[i % len(visible)]}", headers)
+                probe = httpx.get(server.base + (path or f"/flows/{visible[0]}"), headers=headers, timeout=30)
+                probe.raise_for_status()
+                meta = orjson.loads(probe.content).get("meta", {})
+                selected = f", selects {meta['total']}" if "total" in meta else ""
+                run_load(server.port, make, clients=args.clients, seconds=1)  # warm-up
+                cpu = server.cpu()
+                res = run_load(server.port, make, clients=args.clients, seconds=args.seconds)
+                cpu = server.cpu() - cpu
+                print(
+                    f"{label} [{who}{selected}]: {res.rate:.0f} req/s, {summary(res.latencies)}; "
+                    f"errors {res.errors or 'none'}; CPU {cpu / max(res.ok, 1) * 1000:.2f} ms/req; "
+                    f"RSS {server.rss() / 2**20:.0f} MiB"
+                )
+        print(f"server peak RSS {server.peak_rss / 2**20:.0f} MiB")
+    finally:
+        server.stop()
+        if args.keep:
+            print(f"data kept in {server.data_dir}")
+        else:
+            shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
