@@ -123,7 +123,10 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cur.execute("PRAGMA foreign_keys=ON")
         # Another process (a second worker) may hold the write lock briefly.
         cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA cache_size=-65536")
+        # 16 MiB of page cache per connection (a pool holds up to 30), plus a shared
+        # memory map of the file, so memory stays bounded as the database grows.
+        cur.execute("PRAGMA cache_size=-16384")
+        cur.execute("PRAGMA mmap_size=268435456")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.close()
 

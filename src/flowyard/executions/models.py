@@ -95,6 +95,13 @@ class FlowDayCount(Base):
     flow_name: Mapped[str | None] = mapped_column(sa.String(200))
     executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
 
+    # A tenant's counts read only that tenant's rows, from the index alone.
+    __table_args__ = (
+        sa.Index(
+            "ix_flow_day_counts_tenant", "tenant", "day", "flow_id", "user_id", "flow_name", "executions"
+        ),
+    )
+
 
 class ComponentDayCount(Base):
     """Steps run per component per flow per UTC day (the day the execution was triggered)."""
@@ -107,3 +114,7 @@ class ComponentDayCount(Base):
     tenant: Mapped[str | None] = mapped_column(sa.String(64))
     user_id: Mapped[str | None] = mapped_column(sa.String(64))
     steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    __table_args__ = (
+        sa.Index("ix_component_day_counts_tenant", "tenant", "day", "component_id", "flow_id", "steps"),
+    )

@@ -44,6 +44,9 @@ class Flow(Timestamped, Base):
 
     __table_args__ = (
         sa.Index("ix_flows_status_id", "status", "id"),
+        # filter[status] with a sort: the page is read in index order, no sort step.
+        sa.Index("ix_flows_status_updated_at_id", "status", "updated_at", "id"),
+        sa.Index("ix_flows_status_created_at_id", "status", "created_at", "id"),
         sa.Index("ix_flows_updated_at_id", "updated_at", "id"),
         sa.Index("ix_flows_created_at_id", "created_at", "id"),
         sa.Index("ix_flows_name_id", "name", "id"),

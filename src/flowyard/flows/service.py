@@ -193,8 +193,10 @@ async def check_user_owners(
     owners: Sequence[dict[str, str]],
     kept: Sequence[dict[str, str]] | None = None,
 ) -> None:
-    """A user owner sees and may edit the flow, so a non-admin may name only itself or
-    users of its own tenant (entries already stored stay allowed)."""
+    """A user owner sees and may edit the flow, so a non-admin may not name a local user
+    of another tenant (or a tenant-less user other than itself). Ids that are no local
+    user (external identities) grant nothing here and stay allowed, as do entries
+    already stored."""
     if principal.is_admin:
         return
     wanted = {
@@ -204,18 +206,8 @@ async def check_user_owners(
     }
     if not wanted:
         return
-    allowed: set[str] = set()
-    if principal.tenant_id:
-        allowed = set(
-            (
-                await session.scalars(
-                    sa.select(User.id).where(
-                        User.id.in_(sorted(wanted)), User.tenant_id == principal.tenant_id
-                    )
-                )
-            ).all()
-        )
-    outside = sorted(wanted - allowed)
+    rows = await session.execute(sa.select(User.id, User.tenant_id).where(User.id.in_(sorted(wanted))))
+    outside = sorted(uid for uid, tenant in rows if tenant is None or tenant != principal.tenant_id)
     if outside:
         raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
 
