@@ -25,6 +25,7 @@ from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
+from flowyard.iam.cache import PrincipalCache
 from flowyard.logs import router as logs_router
 from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
@@ -102,6 +103,7 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.secret_box = box
+    app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     app.state.engine = None
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         description="Fernet key that encrypts stored secrets; default: <data_dir>/secret.key, created once. "
         "All processes of a deployment need the same key.",
     )
+    auth_cache_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="How long a resolved token is reused in a process (0: never). IAM changes "
+        "made through a process clear its cache at once; other processes see them within this time.",
+    )
     session_ttl_seconds: int = Field(
         3 * 3600, ge=60, description="Idle lifetime of a /login token (sliding)."
     )

@@ -517,3 +517,18 @@ async def test_failed_logins_are_counted_and_reset(
     assert r.status_code == 200
     async with db.read() as session:
         assert await session.scalar(sa.select(User.failed_login_attempts).where(User.id == account.id)) == 0
+
+
+async def test_token_cache_never_outlives_iam_changes_in_this_process(
+    client: httpx.AsyncClient, factory: Factory, admin: Account
+) -> None:
+    account = await factory.user()
+    r = await client.post("/login", json={"username": account.username, "password": account.password})
+    session_token = {"Authorization": f"Bearer {r.json()['token']}"}
+    assert (await client.get("/flows", headers=session_token)).status_code == 200  # now cached
+    assert (await client.post("/logout", headers=session_token)).status_code == 200
+    assert (await client.get("/flows", headers=session_token)).status_code == 401
+    assert (await client.get("/flows", headers=account.headers)).status_code == 200  # cached API token
+    r = await client.patch(f"/api/users/{account.id}", json={"status": "DISABLED"}, headers=admin.headers)
+    assert r.status_code == 200
+    assert (await client.get("/flows", headers=account.headers)).status_code == 401

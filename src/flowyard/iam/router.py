@@ -79,9 +79,10 @@ async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
     responses=errors(401),
     summary="Revoke the caller's token",
 )
-async def logout(db: DB, caller: Caller) -> JSONOut:
+async def logout(request: Request, db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
         await service.logout(session, caller)
+    request.app.state.principals.clear()
     return JSONOut({})
 
 
@@ -129,10 +130,11 @@ async def list_tokens(db: DB, caller: Caller) -> JSONOut:
     responses=errors(401, 403, 404),
     summary="Revoke a token",
 )
-async def delete_token(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+async def delete_token(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
     caller.require(perms.TOKEN_DELETE)
     async with db.write() as session:
         await service.delete_token(session, caller, id)
+    request.app.state.principals.clear()
     return JSONOut({})
 
 
@@ -281,6 +283,7 @@ async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     async with db.write() as session:
         user = await service.update_user(session, caller, id, body.model_dump(exclude_unset=True))
         roles = (await service.roles_of(session, [user.id]))[user.id]
+    request.app.state.principals.clear()
     return JSONOut(user_dict(user, roles))
 
 
@@ -291,10 +294,11 @@ async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     responses=errors(401, 403, 404, 409),
     summary="Delete a user (iam.account.delete)",
 )
-async def delete_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+async def delete_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
     caller.require(perms.ACCOUNT_DELETE)
     async with db.write() as session:
         await service.delete_user(session, caller, id)
+    request.app.state.principals.clear()
     return JSONOut({})
 
 
@@ -393,6 +397,7 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     body = await parse_body(request, RoleUpdate)
     async with db.write() as session:
         role = await service.update_role(session, caller, id, body.model_dump(exclude_unset=True))
+    request.app.state.principals.clear()
     return single(role_dict(role))
 
 
@@ -403,7 +408,8 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     responses=errors(401, 403, 404),
     summary="Delete a role (tenant.roles.delete)",
 )
-async def delete_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
+async def delete_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
         await service.delete_role(session, caller, id)
+    request.app.state.principals.clear()
     return JSONOut({})
