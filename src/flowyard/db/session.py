@@ -125,10 +125,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cur.execute("PRAGMA foreign_keys=ON")
         # Another process (a second worker) may hold the write lock briefly.
         cur.execute("PRAGMA busy_timeout=30000")
-        # 8 MiB of page cache per connection (a pool keeps up to 40), plus a shared
-        # memory map of the file, so memory stays bounded as the database grows.
+        # 8 MiB of page cache per connection (a pool keeps up to 40): memory stays
+        # bounded as the database grows; the OS file cache does the rest.
         cur.execute("PRAGMA cache_size=-8192")
-        cur.execute("PRAGMA mmap_size=268435456")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.close()
 

@@ -29,7 +29,8 @@ async def due_flows(db: Database, now: datetime, limit: int = 500) -> list[tuple
         rows = (
             await session.execute(
                 sa.select(Flow.id, Flow.next_run_at)
-                .where(Flow.next_run_at <= now, Flow.status == "active", Flow.cron.is_not(None))
+                # By next_run_at alone (its index): _fire re-checks status and cron under the CAS.
+                .where(Flow.next_run_at <= now)
                 .order_by(Flow.next_run_at)
                 .limit(limit)
             )
@@ -39,8 +40,13 @@ async def due_flows(db: Database, now: datetime, limit: int = 500) -> list[tuple
 
 async def next_due(db: Database) -> datetime | None:
     async with db.read() as session:
+        # Only active cron flows have a next_run_at, so the index alone answers this
+        # (filtering on status would lead the planner to read every active flow).
         return await session.scalar(
-            sa.select(sa.func.min(Flow.next_run_at)).where(Flow.status == "active", Flow.cron.is_not(None))
+            sa.select(Flow.next_run_at)
+            .where(Flow.next_run_at.is_not(None))
+            .order_by(Flow.next_run_at)
+            .limit(1)
         )
 
 
