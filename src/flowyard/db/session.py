@@ -41,6 +41,9 @@ class Database:
             # and a cold page cache, which under load cost more than the queries.
             kwargs["pool_size"] = pool_size
             kwargs["max_overflow"] = 10
+            # Reuse the most recent connection: its cache is warm and its synchronous
+            # mode usually already the one wanted.
+            kwargs["pool_use_lifo"] = True
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs["pool_size"] = min(pool_size, 20)
