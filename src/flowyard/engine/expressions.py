@@ -2,7 +2,7 @@
 
 The library is jsonatapy (a Rust implementation with Python bindings): on the
 expressions of bench/jsonata_compare.py it gives the same results as the
-pure-Python port jsonata-python at about 60x the speed (docs/engine.md).
+pure-Python port jsonata-python at 50-60x the speed (docs/engine.md).
 """
 
 from __future__ import annotations
