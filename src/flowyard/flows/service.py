@@ -55,10 +55,7 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
 
 
 def is_visible(principal: Principal, flow: Flow) -> bool:
-    if principal.is_admin:
-        return True
-    keys = set(principal.owner_keys())
-    return any((o.get("type"), o.get("id")) in keys for o in flow.owners)
+    return principal.is_admin or principal.owns(flow.owners)
 
 
 def to_dict(flow: Flow) -> dict[str, Any]:

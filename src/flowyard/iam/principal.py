@@ -28,6 +28,11 @@ class Principal:
             if not self.can(permission):
                 raise Forbidden(f"Missing permission {permission}.")
 
+    def owns(self, owners: list[dict[str, str]]) -> bool:
+        """Whether an owners list (of a flow or template) names this caller or its tenant."""
+        keys = set(self.owner_keys())
+        return any((o.get("type"), o.get("id")) in keys for o in owners)
+
     def owner_keys(self) -> list[tuple[str, str]]:
         """The (type, id) owner entries that make an object visible to this caller."""
         keys = [("user", self.user_id)]

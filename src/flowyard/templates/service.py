@@ -61,10 +61,7 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
 
 
 def is_visible(principal: Principal, template: Template) -> bool:
-    if principal.is_admin or not template.owners:
-        return True
-    keys = set(principal.owner_keys())
-    return any((o.get("type"), o.get("id")) in keys for o in template.owners)
+    return principal.is_admin or not template.owners or principal.owns(template.owners)
 
 
 def to_dict(template: Template) -> dict[str, Any]:
