@@ -133,5 +133,9 @@ PageNumber = Annotated[
 ]
 Search = Annotated[
     str | None,
-    Query(max_length=500, description="Case-insensitive literal substring of the name or description."),
+    Query(
+        alias="search",
+        max_length=500,
+        description="Case-insensitive literal substring of the name or description.",
+    ),
 ]
