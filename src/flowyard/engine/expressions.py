@@ -37,23 +37,27 @@ class Expression:
             raise ExpressionError(f"JSONata {self.text!r} failed: {exc}") from None
 
 
-_cache: OrderedDict[str, Expression] = OrderedDict()
-_lock = threading.Lock()
+# jsonatapy's compiled expressions belong to the thread that made them (they may not
+# be used or dropped on another), so the cache is per thread. The service compiles and
+# evaluates on its event loop's thread; tools that run the app in other threads
+# (test clients) get their own entries.
+_local = threading.local()
 _CACHE_SIZE = 4096
 
 
 def compile_expression(text: str) -> Expression:
     """Compile (and cache) an expression; raises ExpressionError if it does not parse."""
-    with _lock:
-        found = _cache.get(text)
-        if found is not None:
-            _cache.move_to_end(text)
-            return found
+    cache: OrderedDict[str, Expression] | None = getattr(_local, "cache", None)
+    if cache is None:
+        cache = _local.cache = OrderedDict()
+    found = cache.get(text)
+    if found is not None:
+        cache.move_to_end(text)
+        return found
     expr = Expression(text)
-    with _lock:
-        _cache[text] = expr
-        if len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+    cache[text] = expr
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
     return expr
 
 
