@@ -102,8 +102,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
 
-    def login(self) -> dict[str, str]:
-        r = httpx.post(f"{self.base}/login", json={"username": ADMIN[0], "password": ADMIN[1]})
+    def login(self, username: str = ADMIN[0], password: str = ADMIN[1]) -> dict[str, str]:
+        """Bearer headers of a session for ``username`` (default: the administrator)."""
+        r = httpx.post(f"{self.base}/login", json={"username": username, "password": password})
         r.raise_for_status()
         return {"Authorization": f"Bearer {r.json()['token']}"}
 

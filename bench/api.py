@@ -229,12 +229,6 @@ async def explain(args: argparse.Namespace, server: Server, people: People, flow
         await db.dispose()
 
 
-def login(server: Server, username: str, password: str) -> dict[str, str]:
-    r = httpx.post(f"{server.base}/login", json={"username": username, "password": password})
-    r.raise_for_status()
-    return {"Authorization": f"Bearer {r.json()['token']}"}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -266,7 +260,7 @@ def main() -> None:
 
     server.start()
     try:
-        callers = {"member": login(server, *people.member(0)), "admin": server.login()}
+        callers = {"member": server.login(*people.member(0)), "admin": server.login()}
         print(
             f"\n== {args.clients} clients x {args.seconds:.0f} s each, SQLite, engine on; "
             f"server RSS {server.rss() / 2**20:.0f} MiB after start =="

@@ -182,12 +182,6 @@ async def explain(people: People, server: Server, start: date, end: date) -> Non
         await db.dispose()
 
 
-def login(server: Server, username: str, password: str) -> dict[str, str]:
-    r = httpx.post(f"{server.base}/login", json={"username": username, "password": password})
-    r.raise_for_status()
-    return {"Authorization": f"Bearer {r.json()['token']}"}
-
-
 def sequential(server: Server, path: str, headers: dict[str, str], n: int) -> tuple[list[float], int]:
     """``n`` requests one after another on one keep-alive connection; latencies and non-200s."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port)
@@ -237,7 +231,7 @@ def main() -> None:
 
     server.start()
     try:
-        callers = {"member": login(server, *people.member(0)), "admin": server.login()}
+        callers = {"member": server.login(*people.member(0)), "admin": server.login()}
         frames = {"default frame": "", f"{args.days} days": f"&start={first}&end={today}"}
         print(
             f"\n== {args.requests} sequential requests, then {args.clients} clients x {args.seconds:.0f} s; "
