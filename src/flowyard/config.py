@@ -63,7 +63,6 @@ class Settings(BaseSettings):
     )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")
-    max_payload_bytes: int = Field(1024 * 1024, ge=1024, description="Largest message payload.")
     max_attempts: int = Field(
         5, ge=1, description="Runs of an execution before a crash-looping one is failed."
     )

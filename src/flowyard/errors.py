@@ -6,13 +6,25 @@ docstring the default message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Problem:
     message: str
     field: str | None = None
+
+
+def error_body(status: int, problems: Iterable[Problem]) -> dict[str, Any]:
+    """The one error shape: ``{"errors": [{"message", "code", "field"?}]}``."""
+    return {
+        "errors": [
+            {"message": p.message, "code": status, **({"field": p.field} if p.field else {})}
+            for p in problems
+        ]
+    }
 
 
 class FlowyardError(Exception):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from flowyard.api.middleware import request_id_of
 from flowyard.api.problems import validation_problems
 from flowyard.api.responses import JSONOut as ORJSONResponse
-from flowyard.errors import FlowyardError, Problem
+from flowyard.errors import FlowyardError, Problem, error_body
 
 log = logging.getLogger("flowyard.api")
 
@@ -54,13 +53,7 @@ _STATUS_TEXT = {
 def error_response(
     status: int, problems: Sequence[Problem], headers: dict[str, str] | None = None
 ) -> ORJSONResponse:
-    items: list[dict[str, Any]] = []
-    for p in problems:
-        item: dict[str, Any] = {"message": p.message, "code": status}
-        if p.field:
-            item["field"] = p.field
-        items.append(item)
-    return ORJSONResponse({"errors": items}, status_code=status, headers=headers)
+    return ORJSONResponse(error_body(status, problems), status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flowyard.errors import PayloadTooLarge
+from flowyard.errors import PayloadTooLarge, Problem, error_body
 
 _HEADER = b"x-request-id"
 
@@ -69,7 +69,7 @@ class RequestContextMiddleware:
 
 
 async def _reject_too_large(send: Any, limit: int) -> None:
-    body = orjson.dumps({"errors": [{"message": f"Request body exceeds {limit} bytes.", "code": 413}]})
+    body = orjson.dumps(error_body(413, [Problem(f"Request body exceeds {limit} bytes.")]))
     await send(
         {
             "type": "http.response.start",

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
 from flowyard.engine.expressions import (
-    Expression,
     ExpressionError,
     apply_mapper,
     compile_expression,
@@ -340,5 +339,3 @@ HTTP = Component(
 )
 
 ALL: tuple[Component, ...] = (WEBHOOK, SCHEDULE, JSONATA, FILTER, SPLIT, HTTP, LOG, DELAY, RESPOND)
-
-__all__ = ["ALL", "ComponentError", "Expression"]

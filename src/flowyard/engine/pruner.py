@@ -11,12 +11,10 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.executions.models import Execution, ExecutionStep, IdempotencyKey
+from flowyard.executions.models import IDEMPOTENCY_WINDOW, Execution, ExecutionStep, IdempotencyKey
 from flowyard.logs.models import LogEntry
 
 log = logging.getLogger(__name__)
-
-IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def _id_floor(when: datetime) -> str:

@@ -3,7 +3,7 @@ idempotency keys and the per-day counters behind /icenter/executions."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,6 +13,8 @@ from flowyard.db.base import Base, Id, Json, UTCDateTime
 
 EXECUTION_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 UNFINISHED = ("queued", "running")
+# How long a webhook Idempotency-Key answers with the first execution.
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 class Execution(Base):

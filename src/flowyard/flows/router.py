@@ -10,7 +10,7 @@ from flowyard.api.deps import DB, Caller, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
-from flowyard.errors import FlowyardError, InvalidInput
+from flowyard.errors import FlowyardError, InvalidInput, error_body
 from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowStatusChange
 from flowyard.iam import permissions as perms
@@ -49,18 +49,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                 good.append(flow)
                 results.append(flow)
             except FlowyardError as exc:
-                results.append(
-                    {
-                        "errors": [
-                            {
-                                "message": p.message,
-                                "code": exc.status,
-                                **({"field": p.field} if p.field else {}),
-                            }
-                            for p in exc.problems
-                        ]
-                    }
-                )
+                results.append(error_body(exc.status, exc.problems))
         async with db.write() as session:
             for i, entry in enumerate(results):
                 if isinstance(entry, dict):
@@ -69,7 +58,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                     await service.check_user_owners(session, caller, entry.owners)
                 except FlowyardError as exc:
                     good.remove(entry)
-                    results[i] = {"errors": [{"message": exc.message, "code": exc.status}]}
+                    results[i] = error_body(exc.status, exc.problems)
             await service.insert_flows(session, good)
         return single([service.to_dict(r) if not isinstance(r, dict) else r for r in results], 201)
     flow = service.prepare_new_flow(caller, body, registry)

@@ -100,9 +100,3 @@ class Flow(BaseModel):
 class FlowStatusChange(BaseModel):
     id: str
     status: FlowStatus
-
-
-class FlowCreateResult(BaseModel):
-    """One entry of a bulk create: a flow, or the errors of that item."""
-
-    model_config = ConfigDict(extra="allow")

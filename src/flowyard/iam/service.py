@@ -162,17 +162,6 @@ async def open_session(session: AsyncSession, user_id: str, *, session_ttl: floa
     return await _issue_token(session, user, kind="session", expires_at=now + timedelta(seconds=session_ttl))
 
 
-async def login(
-    session: AsyncSession, username: str, password: str, *, session_ttl: float
-) -> tuple[Token, str]:
-    """All of a login in one transaction (the CLI and tests); the API splits it so no
-    write transaction waits on the password hash."""
-    user = await login_candidate(session, username)
-    if not await check_password(user, password) or user is None:
-        raise Unauthorized(_BAD_LOGIN)
-    return await open_session(session, user.id, session_ttl=session_ttl)
-
-
 def bad_login() -> Unauthorized:
     return Unauthorized(_BAD_LOGIN)
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flowyard.errors import FlowyardError, Problem
+from flowyard.errors import FlowyardError, Problem, error_body
 from flowyard.webhooks import handler
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,13 @@ class WebhookFastPath:
             status, body, headers = reply.status, orjson.dumps(reply.body), reply.headers
         except FlowyardError as exc:
             status = exc.status
-            body = _error_body(exc.status, exc.problems)
+            body = orjson.dumps(error_body(exc.status, exc.problems))
             headers = {}
         except Exception:
             log.exception("webhook for flow %s failed unexpectedly", flow_id[:64])
             status, headers = 500, {}
             rid = scope.get("state", {}).get("request_id", "-")
-            body = _error_body(500, [Problem(f"Internal error (request id {rid}).")])
+            body = orjson.dumps(error_body(500, [Problem(f"Internal error (request id {rid}).")]))
         raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         raw_headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
@@ -83,14 +83,3 @@ class WebhookFastPath:
             idempotency_key=idempotency_key,
             signature=signature,
         )
-
-
-def _error_body(status: int, problems: list[Problem]) -> bytes:
-    return orjson.dumps(
-        {
-            "errors": [
-                {"message": p.message, "code": status, **({"field": p.field} if p.field else {})}
-                for p in problems
-            ]
-        }
-    )

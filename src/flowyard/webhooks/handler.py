@@ -17,9 +17,10 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from flowyard.api.deps import is_json_content_type
 from flowyard.db.session import Database
 from flowyard.engine.hub import CompletionHub
-from flowyard.errors import InvalidInput, UnsupportedMediaType
+from flowyard.errors import InvalidInput, Problem, UnsupportedMediaType, error_body
 from flowyard.executions.models import Execution
 from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
 
@@ -33,13 +34,6 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
-
-
-def is_json(content_type: str | None) -> bool:
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 def parse_wait(raw: str | None) -> float | None:
@@ -69,7 +63,7 @@ async def handle(
     signature: str | None,
 ) -> Reply:
     """Store the trigger durably, then answer 202 (or, with ``wait``, the flow's reply)."""
-    if not is_json(content_type):
+    if not is_json_content_type(content_type):
         raise UnsupportedMediaType()
     if not raw:
         raise InvalidInput("A JSON body is required.")
@@ -114,7 +108,7 @@ async def handle(
             )
         return Reply(200, result.get("data"))
     message = f"Execution {accepted.execution_id} {status}: {error or 'no reason given'}"
-    return Reply(502, {"errors": [{"message": message, "code": 502}]})
+    return Reply(502, error_body(502, [Problem(message)]))
 
 
 async def wait_for_result(

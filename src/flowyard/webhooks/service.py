@@ -16,7 +16,6 @@ import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,13 +25,12 @@ from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailable, Unauthorized
-from flowyard.executions.models import IdempotencyKey
+from flowyard.executions.models import IDEMPOTENCY_WINDOW, IdempotencyKey
 from flowyard.flows.models import Flow
 from flowyard.ids import is_valid_id, new_id
 
 log = logging.getLogger(__name__)
 
-IDEMPOTENCY_WINDOW = timedelta(hours=24)
 SIGNATURE_HEADER = "x-flowyard-signature"
 _MAX_BATCH = 512
 
