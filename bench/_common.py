@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -101,6 +102,14 @@ class Server:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+    def finish(self, *, keep: bool = False) -> None:
+        """Stop the server and delete its data directory unless ``keep``."""
+        self.stop()
+        if keep:
+            print(f"data kept in {self.data_dir}")
+        else:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def login(self, username: str = ADMIN[0], password: str = ADMIN[1]) -> dict[str, str]:
         """Bearer headers of a session for ``username`` (default: the administrator)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import shutil
 import time
 from typing import Any
 from urllib.parse import quote
@@ -286,11 +285,7 @@ def main() -> None:
                 )
         print(f"server peak RSS {server.peak_rss / 2**20:.0f} MiB")
     finally:
-        server.stop()
-        if args.keep:
-            print(f"data kept in {server.data_dir}")
-        else:
-            shutil.rmtree(server.data_dir, ignore_errors=True)
+        server.finish(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import asyncio
 import http.client
 import math
 import random
-import shutil
 import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -265,11 +264,7 @@ def main() -> None:
                     )
         print(f"server RSS {server.rss() / 2**20:.0f} MiB, peak {server.peak_rss / 2**20:.0f} MiB")
     finally:
-        server.stop()
-        if args.keep:
-            print(f"data kept in {server.data_dir}")
-        else:
-            shutil.rmtree(server.data_dir, ignore_errors=True)
+        server.finish(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main() -> None:
         peak = server.peak_rss
         cpu_total = server.cpu() - cpu_before
     finally:
-        server.stop()
+        server.finish()
 
     from datetime import datetime
 
