@@ -52,15 +52,15 @@ class Settings(BaseSettings):
     login_max_failures: int = Field(
         5,
         ge=0,
-        description="Login attempts per username within FLOWYARD_LOGIN_WINDOW_SECONDS before further "
+        description="Failed login attempts per username within FLOWYARD_LOGIN_WINDOW_SECONDS before further "
         "ones get 429 until the window ends (0: no limit). Counted alike for unknown usernames.",
     )
     login_max_failures_per_address: int = Field(
         50,
         ge=0,
         description="Failed login attempts per client address (any usernames) within the window before "
-        "further ones get 429 (0: no limit). The address is the TCP peer unless uvicorn is told "
-        "to trust forwarded headers (--forwarded-allow-ips).",
+        "further ones get 429 (0: no limit). The address is the TCP peer, or X-Forwarded-For "
+        "from a proxy listed in uvicorn's FORWARDED_ALLOW_IPS.",
     )
     login_window_seconds: int = Field(
         15 * 60,

@@ -178,6 +178,25 @@ async def test_tenantless_user_cannot_take_over_the_admin(
     assert (r.status_code, r.json()["firstname"]) == (200, "Me")
 
 
+async def test_tenant_manager_cannot_demote_an_administrator_of_its_tenant(
+    client: httpx.AsyncClient, admin: Account, factory: Factory
+) -> None:
+    tenant = await factory.tenant()
+    local_admin = await factory.user(tenant=tenant, permissions=["all"])
+    manager = await factory.user(tenant=tenant, permissions=["iam.account.update", "iam.account.delete"])
+    member = await factory.user(tenant=tenant)
+    before = await user_as_admin(client, admin, local_admin.id)
+    for body in ({"permissions": []}, {"status": "DISABLED"}, {"firstname": "x"}):
+        r = await client.patch(f"/api/users/{local_admin.id}", json=body, headers=manager.headers)
+        assert r.status_code == 403, (body, r.text)
+    assert (await client.delete(f"/api/users/{local_admin.id}", headers=manager.headers)).status_code == 403
+    assert await user_as_admin(client, admin, local_admin.id) == before
+    assert (await client.get("/tenants", headers=local_admin.headers)).status_code == 200
+    # Legitimate: the manager manages the members of its tenant.
+    r = await client.patch(f"/api/users/{member.id}", json={"status": "PENDING"}, headers=manager.headers)
+    assert (r.status_code, r.json()["status"]) == (200, "PENDING")
+
+
 # -- 3. narrowed tokens widened themselves ---------------------------------------------------
 
 

@@ -9,7 +9,7 @@ questions below and nothing else decides; routers only translate HTTP.
   oneself) gives at most what the caller holds: ``all`` covers everything,
   ``tenant.all`` covers ``tenant.*`` only. Only what a call *adds* is a grant.
 - "May it act on this user": ``may_act_on_user`` (admin: anyone; a tenant
-  member: users of its own tenant; a tenantless non-admin: only itself).
+  member: non-admin users of its own tenant; a tenantless non-admin: only itself).
 - "Which users may it see": ``sees_every_user`` / ``user_visible``.
 - "May it manage the roles of tenant X": ``require_role_scope``.
 - "Does changing this password need the current one": ``password_change_needs_current``.
@@ -113,14 +113,17 @@ def user_visible(principal: Principal, user_id: str, user_tenant: str | None) ->
     return principal.tenant_id is not None and user_tenant == principal.tenant_id
 
 
-def may_act_on_user(principal: Principal, user_id: str, user_tenant: str | None) -> bool:
+def may_act_on_user(principal: Principal, user_id: str, user_tenant: str | None, user_is_admin: bool) -> bool:
     """Whether the caller may change or delete this user (given the action's permission).
 
-    An administrator may act on anyone; a tenant member on the users of its own tenant;
-    a tenantless non-admin on nobody but itself (``None == None`` is not a shared tenant).
+    An administrator may act on anyone; a tenant member on the non-admin users of its own
+    tenant; a tenantless non-admin on nobody but itself (``None == None`` is not a shared
+    tenant). Nobody but an administrator acts on an administrator.
     """
     if principal.is_admin or user_id == principal.user_id:
         return True
+    if user_is_admin:
+        return False
     return principal.tenant_id is not None and user_tenant == principal.tenant_id
 
 

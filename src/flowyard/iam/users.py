@@ -18,7 +18,7 @@ from flowyard.iam.models import Role, User, UserRole
 from flowyard.iam.passwords import hash_off_loop, verify_off_loop
 from flowyard.iam.policy import Action
 from flowyard.iam.principal import Principal
-from flowyard.iam.roles import assignable, roles_of
+from flowyard.iam.roles import assignable, effective_permissions, roles_of
 from flowyard.iam.tenants import require_exists
 from flowyard.iam.tokens import revoke_user_tokens
 from flowyard.ids import check_id
@@ -113,6 +113,12 @@ async def create_user(
     return user
 
 
+async def _require_may_act(session: AsyncSession, principal: Principal, user: User) -> None:
+    is_admin = perms.ALL in await effective_permissions(session, user)
+    if not policy.may_act_on_user(principal, user.id, user.tenant_id, is_admin):
+        raise Forbidden("You can only manage the non-administrator users of your own tenant.")
+
+
 async def _set_roles(session: AsyncSession, user: User, roles: Sequence[Role]) -> None:
     await session.execute(sa.delete(UserRole).where(UserRole.user_id == user.id))
     for role in roles:
@@ -142,8 +148,7 @@ async def update_user(
     action = policy.user_update_action(principal, user.id, changes)
     if action is not None:
         policy.require(principal, action)
-        if not policy.may_act_on_user(principal, user.id, user.tenant_id):
-            raise Forbidden("You can only manage the users of your own tenant.")
+        await _require_may_act(session, principal, user)
     if "tenant" in changes:
         policy.require(principal, Action.USER_MOVE_TENANT)
         new_tenant = changes["tenant"]
@@ -210,8 +215,7 @@ async def delete_user(session: AsyncSession, principal: Principal, user_id: str)
     policy.require(principal, Action.USER_DELETE)
     if user.id == principal.user_id:
         raise Conflict("You cannot delete your own account.")
-    if not policy.may_act_on_user(principal, user.id, user.tenant_id):
-        raise Forbidden("You can only manage the users of your own tenant.")
+    await _require_may_act(session, principal, user)
     await session.delete(user)
 
 
