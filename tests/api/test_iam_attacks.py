@@ -341,3 +341,22 @@ async def test_sessions_end_at_their_absolute_lifetime(
             .values(created_at=now - 2 * max_age)
         )
     assert (await client.get("/tokens", headers=user.headers)).status_code == 200
+
+
+async def test_a_token_is_no_unthrottled_oracle_for_the_current_password(
+    client: httpx.AsyncClient, factory: Factory
+) -> None:
+    user = await factory.user()
+    r = await client.post("/tokens", json={"permissions": ["tenant.flows.read"]}, headers=user.headers)
+    leaked = bearer(r.json()["data"]["token"])
+    for i in range(5):  # FLOWYARD_LOGIN_MAX_FAILURES default
+        body = {"password": "attacker's choice", "currentPassword": f"guess {i}"}
+        r = await client.patch(f"/api/users/{user.id}", json=body, headers=leaked)
+        assert r.status_code == 403, r.text
+    body = {"password": "attacker's choice", "currentPassword": user.password}
+    r = await client.patch(f"/api/users/{user.id}", json=body, headers=leaked)
+    assert r.status_code == 429
+    assert int(r.headers["Retry-After"]) >= 1
+    # Logins of that username are held back alike; the password is unchanged.
+    assert (await login(client, user.username, user.password)).status_code == 429
+    assert (await client.get("/flows", headers=user.headers)).status_code == 200

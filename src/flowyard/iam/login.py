@@ -139,3 +139,21 @@ async def login(
             raise Unauthorized(BAD_LOGIN)
         fresh.last_login = utcnow()
         return await open_session(session, fresh, lifetimes)
+
+
+async def check_current_password(db: Database, user: User, password: str, *, limits: Limits) -> bool:
+    """Verify a user's current password (to change it), throttled under its username like a login.
+
+    Without this, a token of the user (say, a leaked narrowed one) would be an unthrottled
+    oracle for the password.
+    """
+    name = normalize_username(user.username)
+    async with db.write() as session:
+        wait = await enter(session, name, None, limits)
+    if wait is not None:
+        raise TooManyRequests(_THROTTLED.format(seconds=wait), retry_after=wait)
+    ok = await verify_off_loop(user.password_hash, password)
+    if ok:
+        async with db.write() as session:
+            await succeeded(session, name, None)
+    return ok

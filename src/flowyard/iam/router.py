@@ -279,25 +279,25 @@ async def create_user(request: Request, db: DB, caller: Caller) -> JSONOut:
     "/api/users/{id}",
     tags=["users"],
     response_model=UserOut,
-    responses=errors(400, 401, 403, 404, 415),
+    responses=errors(400, 401, 403, 404, 415, 429),
     openapi_extra=json_body_doc("UserUpdate"),
     summary="Update a user (iam.account.update; anyone may change their own name, password and image). "
     "A new password needs currentPassword (not for an administrator resetting another user's) and "
     "revokes the user's other sessions and its API tokens",
 )
-async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+async def update_user(
+    id: ObjectId, request: Request, db: DB, caller: Caller, settings: AppSettings
+) -> JSONOut:
     body = await parse_body(request, UserUpdate)
-    changes = body.model_dump(exclude_unset=True, exclude={"currentPassword", "keepApiTokens"})
-    async with db.write() as session:
-        user = await user_service.update_user(
-            session,
-            caller,
-            id,
-            changes,
-            current_password=body.currentPassword,
-            keep_api_tokens=body.keepApiTokens,
-        )
-        roles = (await role_service.roles_of(session, [user.id]))[user.id]
+    user, roles = await user_service.patch_user(
+        db,
+        caller,
+        id,
+        body.model_dump(exclude_unset=True, exclude={"currentPassword", "keepApiTokens"}),
+        current_password=body.currentPassword,
+        keep_api_tokens=body.keepApiTokens,
+        limits=login_service.Limits.of(settings),
+    )
     request.app.state.principals.clear()
     return JSONOut(user_dict(user, roles))
 

@@ -11,11 +11,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
+from flowyard.db.session import Database
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from flowyard.iam import permissions as perms
 from flowyard.iam import policy
+from flowyard.iam.login import Limits, check_current_password
 from flowyard.iam.models import Role, User, UserRole
-from flowyard.iam.passwords import hash_off_loop, verify_off_loop
+from flowyard.iam.passwords import hash_off_loop
 from flowyard.iam.policy import Action
 from flowyard.iam.principal import Principal
 from flowyard.iam.roles import assignable, effective_permissions, roles_of
@@ -125,18 +127,10 @@ async def _set_roles(session: AsyncSession, user: User, roles: Sequence[Role]) -
         session.add(UserRole(user_id=user.id, role_id=role.id))
 
 
-async def update_user(
-    session: AsyncSession,
-    principal: Principal,
-    user_id: str,
-    changes: dict[str, object],
-    *,
-    current_password: str | None = None,
-    keep_api_tokens: bool = False,
+async def _authorize_update(
+    session: AsyncSession, principal: Principal, user_id: str, changes: dict[str, object]
 ) -> User:
-    """Apply a PATCH. A new password needs ``current_password`` (except an administrator
-    resetting another user's) and revokes the user's sessions and API tokens (API tokens
-    kept with ``keep_api_tokens``), all but the caller's own token when it changes its own."""
+    """The user to change, once the caller may make these changes (all but the grant check)."""
     user = await get_user(session, principal, user_id)
     nulls = [
         Problem(f"{name}: must not be null", name)
@@ -151,6 +145,62 @@ async def update_user(
         await _require_may_act(session, principal, user)
     if "tenant" in changes:
         policy.require(principal, Action.USER_MOVE_TENANT)
+    return user
+
+
+async def patch_user(
+    db: Database,
+    principal: Principal,
+    user_id: str,
+    changes: dict[str, object],
+    *,
+    current_password: str | None,
+    keep_api_tokens: bool,
+    limits: Limits,
+) -> tuple[User, list[Role]]:
+    """``PATCH /api/users/{id}``: the caller's right to the change is settled first, then the
+    current password (throttled like a login), then the change in one transaction."""
+    verified = False
+    if "password" in changes:
+        async with db.read() as session:
+            user = await _authorize_update(session, principal, user_id, changes)
+        if policy.password_change_needs_current(principal, user.id):
+            if not current_password:
+                raise InvalidInput(
+                    "currentPassword is required to change a password.", field="currentPassword"
+                )
+            if not await check_current_password(db, user, current_password, limits=limits):
+                raise Forbidden("The current password is wrong.")
+            verified = True
+    async with db.write() as session:
+        user = await update_user(
+            session,
+            principal,
+            user_id,
+            changes,
+            current_password_verified=verified,
+            keep_api_tokens=keep_api_tokens,
+        )
+        return user, (await roles_of(session, [user.id]))[user.id]
+
+
+async def update_user(
+    session: AsyncSession,
+    principal: Principal,
+    user_id: str,
+    changes: dict[str, object],
+    *,
+    current_password_verified: bool = False,
+    keep_api_tokens: bool = False,
+) -> User:
+    """Apply a user update in one transaction (``patch_user`` checks the current password).
+
+    A new password needs the current one verified (except an administrator resetting
+    another user's) and revokes the user's sessions and API tokens (API tokens kept with
+    ``keep_api_tokens``), all but the caller's own token when it changes its own.
+    """
+    user = await _authorize_update(session, principal, user_id, changes)
+    if "tenant" in changes:
         new_tenant = changes["tenant"]
         await require_exists(session, new_tenant)  # type: ignore[arg-type]
         if new_tenant != user.tenant_id:
@@ -181,33 +231,17 @@ async def update_user(
         if user.status == "DISABLED":
             await revoke_user_tokens(session, user.id)
     if "password" in changes:
-        await _change_password(
-            session, principal, user, str(changes["password"]), current_password, keep_api_tokens
-        )
+        if policy.password_change_needs_current(principal, user.id) and not current_password_verified:
+            raise InvalidInput("currentPassword is required to change a password.", field="currentPassword")
+        user.password_hash = await hash_off_loop(str(changes["password"]))
+        keep = principal.token_id if principal.user_id == user.id else None
+        await revoke_user_tokens(session, user.id, keep_token_id=keep, keep_api_tokens=keep_api_tokens)
     for name in ("firstname", "lastname", "img", "confirmed"):
         if name in changes:
             setattr(user, name, changes[name])
     user.updated_at = utcnow()
     await session.flush()
     return user
-
-
-async def _change_password(
-    session: AsyncSession,
-    principal: Principal,
-    user: User,
-    new_password: str,
-    current_password: str | None,
-    keep_api_tokens: bool,
-) -> None:
-    if policy.password_change_needs_current(principal, user.id):
-        if not current_password:
-            raise InvalidInput("currentPassword is required to change a password.", field="currentPassword")
-        if not await verify_off_loop(user.password_hash, current_password):
-            raise Forbidden("The current password is wrong.")
-    user.password_hash = await hash_off_loop(new_password)
-    keep = principal.token_id if principal.user_id == user.id else None
-    await revoke_user_tokens(session, user.id, keep_token_id=keep, keep_api_tokens=keep_api_tokens)
 
 
 async def delete_user(session: AsyncSession, principal: Principal, user_id: str) -> None:
