@@ -24,7 +24,6 @@ from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
 from flowyard.engine.components import Registry
 from flowyard.iam import service as iam
-from flowyard.iam.principal import Principal
 
 PG_ADMIN_DSN = os.environ.get("FLOWYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -184,10 +183,8 @@ class Factory:
                 tenant_id=tenant,
                 permissions=granted,
             )
-            held = await iam.effective_permissions(session, user)
-            principal = Principal(user.id, user.username, user.tenant_id, held, "")
-            _token, text = await iam.create_api_token(
-                session, principal, description="test", expires_at=None, permissions=None
+            _token, text = await iam.issue_api_token(
+                session, user, description="test", expires_at=None, permissions=None
             )
         return Account(user.id, user.username, text, tenant, password)
 

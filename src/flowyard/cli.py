@@ -292,14 +292,10 @@ def tokens_create(
     async def run(db: Database) -> dict[str, Any]:
         async with db.write() as session:
             user = await iam.user_by_username(session, username)
-            held = await iam.effective_permissions(session, user)
-            from flowyard.iam.principal import Principal
-
-            principal = Principal(user.id, user.username, user.tenant_id, held, "")
             expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
-            token, text = await iam.create_api_token(
+            token, text = await iam.issue_api_token(
                 session,
-                principal,
+                user,
                 description=description,
                 expires_at=expires,
                 permissions=list(permissions) or None,

@@ -44,6 +44,30 @@ class Settings(BaseSettings):
     session_ttl_seconds: int = Field(
         3 * 3600, ge=60, description="Idle lifetime of a /login token (sliding)."
     )
+    session_max_seconds: int = Field(
+        24 * 3600,
+        ge=60,
+        description="Absolute lifetime of a /login token: it never slides past this long after login.",
+    )
+    login_max_failures: int = Field(
+        5,
+        ge=0,
+        description="Failed login attempts per username within FLOWYARD_LOGIN_WINDOW_SECONDS before further "
+        "ones get 429 until the window ends (0: no limit). Counted alike for unknown usernames.",
+    )
+    login_max_failures_per_address: int = Field(
+        50,
+        ge=0,
+        description="Failed login attempts per client address (any usernames) within the window before "
+        "further ones get 429 (0: no limit). The address is the TCP peer, or X-Forwarded-For "
+        "from a proxy listed in uvicorn's FORWARDED_ALLOW_IPS.",
+    )
+    login_window_seconds: int = Field(
+        15 * 60,
+        ge=1,
+        description="Length of the login throttling window; a throttled username or address may "
+        "try again when its window ends (the 429 carries Retry-After).",
+    )
 
     # -- HTTP limits -------------------------------------------------------
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest accepted request body.")

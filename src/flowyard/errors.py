@@ -98,3 +98,13 @@ class StorageUnavailable(FlowyardError):
     """Storage is unavailable; try again."""
 
     status = 503
+
+
+class TooManyRequests(FlowyardError):
+    """Too many requests; try again later."""
+
+    status = 429
+
+    def __init__(self, message: str | None = None, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

@@ -10,6 +10,8 @@ import os
 import re
 import time
 
+from flowyard.errors import InvalidInput
+
 _ID_RE = re.compile(r"[0-9a-f]{24}")
 
 
@@ -20,3 +22,9 @@ def new_id() -> str:
 def is_valid_id(value: str) -> bool:
     # fullmatch: with match, "$" also accepts a trailing newline.
     return bool(_ID_RE.fullmatch(value))
+
+
+def check_id(value: str, what: str) -> None:
+    """A malformed id is a bad request (400), not an unknown object (404)."""
+    if not is_valid_id(value):
+        raise InvalidInput(f"Invalid {what} id {value[:64]!r}: expected 24 hex characters.", field="id")

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from argon2 import PasswordHasher
 
 from flowyard.db.session import Database
-from flowyard.iam import service as iam
+from flowyard.iam import passwords
 from tests.conftest import Account, Factory, flow_body
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -26,7 +26,7 @@ MALFORMED_IDS = ["abc", "0123456789ABCDEF01234567", "0123456789abcdef0123456", "
 @pytest.fixture(autouse=True)
 def cheap_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The factory hashes a password per user; argon2's real cost would dominate these tests."""
-    monkeypatch.setattr(iam, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    monkeypatch.setattr(passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
 
 
 @dataclass

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.iam import service as iam
-from flowyard.iam.models import Token, User
+from flowyard.iam.models import Token
 from tests.conftest import Account, Factory
 
 MISSING = "0123456789abcdef01234567"
@@ -387,8 +387,16 @@ async def test_user_management_permissions(
     assert r.status_code == 403
     r = await client.patch(f"/api/users/{outsider.id}", json={"firstname": "x"}, headers=manager.headers)
     assert r.status_code == 404
+    # A non-admin sets another user's password only by knowing the current one.
     r = await client.patch(
         f"/api/users/{created['id']}", json={"password": "another long pw"}, headers=manager.headers
+    )
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "currentPassword"
+    r = await client.patch(
+        f"/api/users/{created['id']}",
+        json={"password": "another long pw", "currentPassword": "long enough pw"},
+        headers=manager.headers,
     )
     assert r.status_code == 200
     assert (await login(client, "new@example.com", "another long pw")).status_code == 200
@@ -502,21 +510,6 @@ async def test_first_admin_gets_a_private_password_file(
         assert (
             await iam.ensure_first_admin(session, username="x@y.z", password="pw", data_dir=tmp_path) is None
         )
-
-
-async def test_failed_logins_are_counted_and_reset(
-    client: httpx.AsyncClient, factory: Factory, db: Database
-) -> None:
-    account = await factory.user()
-    for _ in range(2):
-        r = await client.post("/login", json={"username": account.username, "password": "wrong"})
-        assert r.status_code == 401
-    async with db.read() as session:
-        assert await session.scalar(sa.select(User.failed_login_attempts).where(User.id == account.id)) == 2
-    r = await client.post("/login", json={"username": account.username, "password": account.password})
-    assert r.status_code == 200
-    async with db.read() as session:
-        assert await session.scalar(sa.select(User.failed_login_attempts).where(User.id == account.id)) == 0
 
 
 async def test_token_cache_never_outlives_iam_changes_in_this_process(

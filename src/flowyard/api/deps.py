@@ -13,9 +13,10 @@ from flowyard.api.problems import validation_problems
 from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.errors import InvalidInput, Unauthorized, UnsupportedMediaType
-from flowyard.iam import service as iam
+from flowyard.iam import tokens
 from flowyard.iam.cache import PrincipalCache
 from flowyard.iam.principal import Principal
+from flowyard.iam.tokens import Lifetimes
 
 _bearer = HTTPBearer(auto_error=False, description="A token from POST /login or POST /tokens.")
 
@@ -41,18 +42,18 @@ async def get_principal(
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise Unauthorized("Authorization: Bearer <token> is required.")
     cache: PrincipalCache = request.app.state.principals
-    key = iam.hash_token(credentials.credentials)
+    key = tokens.hash_token(credentials.credentials)
     cached = cache.get(key)
     if cached is not None:
         return cached
     db: Database = request.app.state.db
-    ttl = request.app.state.settings.session_ttl_seconds
+    lifetimes = Lifetimes.of(request.app.state.settings)
     async with db.read() as session:
-        principal, slide = await iam.authenticate(session, credentials.credentials, session_ttl=ttl)
+        principal, slide = await tokens.authenticate(session, credentials.credentials, lifetimes)
     cache.put(key, principal)
     if slide:
         async with db.write() as session:
-            await iam.slide_session(session, principal.token_id, session_ttl=ttl)
+            await tokens.slide_session(session, principal.token_id, lifetimes)
     return principal
 
 

@@ -12,6 +12,7 @@ _TEXT = {
     409: "State conflict",
     413: "Body too large",
     415: "Content-Type is not JSON",
+    429: "Too many attempts; the Retry-After header says when to try again",
     503: "Storage unavailable",
 }
 

@@ -47,7 +47,6 @@ class User(Timestamped, Base):
     permissions: Mapped[list[str]] = mapped_column(Json, nullable=False, default=list)
     confirmed: Mapped[bool] = mapped_column(sa.Boolean, nullable=False, default=False)
     img: Mapped[str | None] = mapped_column(sa.String(2000))
-    failed_login_attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
     last_login: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
@@ -76,3 +75,18 @@ class Token(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class LoginThrottle(Base):
+    """Login attempts per username and per client address, shared by every API process.
+
+    ``key`` is the SHA-256 of ``user:<username>`` or ``addr:<address>`` (typed usernames
+    are not stored in clear: people type passwords into the username field). A row
+    counts the attempts of a fixed window that began at ``window_start``.
+    """
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from flowyard.errors import InvalidInput, Problem
+
 ALL = "all"
 TENANT_ALL = "tenant.all"
 
@@ -83,3 +87,29 @@ def implied(granted: frozenset[str], wanted: str) -> bool:
     if ALL in granted or wanted in granted:
         return True
     return wanted.startswith("tenant.") and TENANT_ALL in granted
+
+
+def validate(values: Iterable[str], field: str = "permissions") -> list[str]:
+    """The values, de-duplicated in order; 400 naming every unknown one."""
+    out: list[str] = []
+    problems = []
+    for i, value in enumerate(values):
+        if value not in KNOWN:
+            problems.append(Problem(f"Unknown permission {value!r}.", f"{field}[{i}]"))
+        elif value not in out:
+            out.append(value)
+    if problems:
+        raise InvalidInput(problems)
+    return out
+
+
+def narrow(granted: frozenset[str], token_permissions: Iterable[str] | None) -> frozenset[str]:
+    """What a token may do: its listed permissions that its user holds.
+
+    Matched by implication, not by set intersection, so a token narrowed to
+    ``tenant.flows.read`` works for a user who holds it through ``all`` or
+    ``tenant.all``.
+    """
+    if token_permissions is None:
+        return granted
+    return frozenset(p for p in token_permissions if implied(granted, p))

@@ -15,6 +15,8 @@ class Principal:
     tenant_id: str | None
     permissions: frozenset[str]
     token_id: str
+    # True when the token lists its permissions (narrowed); tokens it creates stay as narrow.
+    narrowed: bool = False
 
     @property
     def is_admin(self) -> bool:

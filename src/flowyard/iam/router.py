@@ -1,4 +1,4 @@
-"""HTTP for login, tokens, users, tenants and roles."""
+"""HTTP for login, tokens, users, tenants and roles: translation only; the services decide."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.clock import isoformat
-from flowyard.iam import permissions as perms
-from flowyard.iam import service
+from flowyard.iam import login as login_service
+from flowyard.iam import roles as role_service
+from flowyard.iam import tenants as tenant_service
+from flowyard.iam import tokens as token_service
+from flowyard.iam import users as user_service
 from flowyard.iam.schemas import (
     AccessToken,
     Introspect,
@@ -33,6 +36,7 @@ from flowyard.iam.schemas import (
     token_dict,
     user_dict,
 )
+from flowyard.iam.tokens import Lifetimes
 
 router = APIRouter()
 ObjectId = Annotated[str, Path(description="24 hex characters.")]
@@ -54,21 +58,21 @@ def _tenant_dict(t: Any) -> dict[str, Any]:
     "/login",
     tags=["auth"],
     response_model=AccessToken,
-    responses=errors(400, 401, 415),
+    responses=errors(400, 401, 415, 429),
     openapi_extra=json_body_doc("Login"),
-    summary="Log in; returns a session token",
+    summary="Log in; returns a session token (throttled per username and client address)",
 )
 async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
     body = await parse_body(request, Login)
-    async with db.read() as session:
-        user = await service.login_candidate(session, body.username)
-    if user is None or not await service.check_password(user, body.password):
-        if user is not None:
-            async with db.write() as session:
-                await service.record_failed_login(session, user.id)
-        raise service.bad_login()
-    async with db.write() as session:
-        token, text = await service.open_session(session, user.id, session_ttl=settings.session_ttl_seconds)
+    token, text = await login_service.login(
+        db,
+        body.username,
+        body.password,
+        # The TCP peer: behind a proxy, the proxy's address unless uvicorn trusts forwarded headers.
+        address=request.client.host if request.client else None,
+        limits=login_service.Limits.of(settings),
+        lifetimes=Lifetimes.of(settings),
+    )
     return JSONOut({"token": text, "id": token.id})
 
 
@@ -81,7 +85,7 @@ async def login(request: Request, db: DB, settings: AppSettings) -> JSONOut:
 )
 async def logout(request: Request, db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
-        await service.logout(session, caller)
+        await token_service.logout(session, caller)
     request.app.state.principals.clear()
     return JSONOut({})
 
@@ -96,10 +100,9 @@ async def logout(request: Request, db: DB, caller: Caller) -> JSONOut:
     summary="Create an API token (the text is shown once)",
 )
 async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.TOKEN_CREATE)
     body = await parse_body(request, TokenCreate)
     async with db.write() as session:
-        token, text = await service.create_api_token(
+        token, text = await token_service.create_api_token(
             session,
             caller,
             description=body.description,
@@ -113,27 +116,29 @@ async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
 @router.get(
     "/tokens",
     tags=["auth"],
-    response_model=Single[list[TokenOut]],
-    responses=errors(401),
-    summary="List the caller's tokens (without their text)",
+    response_model=Page[TokenOut],
+    responses=errors(400, 401),
+    summary="List the caller's tokens (without their text), paged",
 )
-async def list_tokens(db: DB, caller: Caller) -> JSONOut:
+async def list_tokens(
+    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    lq = parse_list_query(request)
     async with db.read() as session:
-        tokens = await service.list_tokens(session, caller)
-    return single([token_dict(t) for t in tokens])
+        tokens, total = await token_service.list_tokens(session, caller, limit=lq.size, offset=lq.offset)
+    return page([token_dict(t) for t in tokens], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.delete(
     "/tokens/{id}",
     tags=["auth"],
     response_model=dict[str, Any],
-    responses=errors(401, 403, 404),
+    responses=errors(400, 401, 403, 404),
     summary="Revoke a token",
 )
 async def delete_token(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.TOKEN_DELETE)
     async with db.write() as session:
-        await service.delete_token(session, caller, id)
+        await token_service.delete_token(session, caller, id)
     request.app.state.principals.clear()
     return JSONOut({})
 
@@ -146,15 +151,14 @@ async def delete_token(id: ObjectId, request: Request, db: DB, caller: Caller) -
     openapi_extra=json_body_doc("Introspect"),
     summary="Who owns a token and what it may do",
 )
-async def introspect(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.TOKEN_INTROSPECT)
+async def introspect(request: Request, db: DB, caller: Caller, settings: AppSettings) -> JSONOut:
     body = await parse_body(request, Introspect)
     async with db.read() as session:
-        found = await service.introspect(session, body.token)
+        found = await token_service.introspect(session, caller, body.token, Lifetimes.of(settings))
         if found is None:
             return single({"active": False, "permissions": []})
         token, user, granted = found
-        roles = (await service.roles_of(session, [user.id]))[user.id]
+        roles = (await role_service.roles_of(session, [user.id]))[user.id]
     return single(
         {
             "active": user.status != "DISABLED",
@@ -170,16 +174,12 @@ async def introspect(request: Request, db: DB, caller: Caller) -> JSONOut:
 
 
 async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, username: str | None) -> JSONOut:
-    lq = parse_list_query(request, paged=meta)
+    lq = parse_list_query(request)
     async with db.read() as session:
-        users, total = await service.list_users(
-            session,
-            caller,
-            username=username,
-            limit=lq.size if meta else None,
-            offset=lq.offset if meta else 0,
+        users, total = await user_service.list_users(
+            session, caller, username=username, limit=lq.size, offset=lq.offset
         )
-        roles = await service.roles_of(session, [u.id for u in users])
+        roles = await role_service.roles_of(session, [u.id for u in users])
     data = [user_dict(u, roles[u.id]) for u in users]
     if meta:
         return page(data, page=lq.page, per_page=lq.size, total=total)
@@ -190,9 +190,9 @@ _USERS_DOC: dict[str, Any] = {
     "tags": ["users"],
     "response_model": list[UserOut] | Page[UserOut],
     "responses": errors(400, 401),
-    "summary": "List users (a bare array; with meta=true, wrapped in data/meta)",
+    "summary": "List users, paged (a bare array of one page; with meta=true, wrapped in data/meta)",
 }
-MetaFlag = Annotated[bool, Query(description="Wrap the list in data/meta and page it.")]
+MetaFlag = Annotated[bool, Query(description="Wrap the page in data/meta.")]
 UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
 
 
@@ -212,15 +212,21 @@ async def list_users(
 @router.get("/users", **_USERS_DOC, include_in_schema=False)
 @router.get("/users/", **_USERS_DOC, include_in_schema=False)
 async def list_users_alias(
-    request: Request, db: DB, caller: Caller, meta: MetaFlag = False, username: UsernameFilter = None
+    request: Request,
+    db: DB,
+    caller: Caller,
+    meta: MetaFlag = False,
+    username: UsernameFilter = None,
+    _size: PageSize = None,
+    _number: PageNumber = None,
 ) -> JSONOut:
     return await _list_users(request, db, caller, meta, username)
 
 
 async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
     async with db.read() as session:
-        user = await service.get_user(session, caller, id)
-        roles = (await service.roles_of(session, [user.id]))[user.id]
+        user = await user_service.get_user(session, caller, id)
+        roles = (await role_service.roles_of(session, [user.id]))[user.id]
     return JSONOut(user_dict(user, roles))
 
 
@@ -250,23 +256,22 @@ async def get_user_alias(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     summary="Create a user (iam.account.create)",
 )
 async def create_user(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.ACCOUNT_CREATE)
     body = await parse_body(request, UserCreate)
     async with db.write() as session:
-        user = await service.create_user(
+        user = await user_service.create_user(
             session,
             username=body.username,
             password=body.password,
             firstname=body.firstname,
             lastname=body.lastname,
-            tenant_id=body.tenant if body.tenant is not None else caller.tenant_id,
+            tenant_id=body.tenant,
             permissions=body.permissions,
             role_ids=body.roles,
             status=body.status,
             img=body.img,
             principal=caller,
         )
-        roles = (await service.roles_of(session, [user.id]))[user.id]
+        roles = (await role_service.roles_of(session, [user.id]))[user.id]
     return JSONOut(user_dict(user, roles), status_code=201)
 
 
@@ -274,15 +279,25 @@ async def create_user(request: Request, db: DB, caller: Caller) -> JSONOut:
     "/api/users/{id}",
     tags=["users"],
     response_model=UserOut,
-    responses=errors(400, 401, 403, 404, 415),
+    responses=errors(400, 401, 403, 404, 415, 429),
     openapi_extra=json_body_doc("UserUpdate"),
-    summary="Update a user (iam.account.update; anyone may change their own name, password and image)",
+    summary="Update a user (iam.account.update; anyone may change their own name, password and image). "
+    "A new password needs currentPassword (not for an administrator resetting another user's) and "
+    "revokes the user's other sessions and its API tokens",
 )
-async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+async def update_user(
+    id: ObjectId, request: Request, db: DB, caller: Caller, settings: AppSettings
+) -> JSONOut:
     body = await parse_body(request, UserUpdate)
-    async with db.write() as session:
-        user = await service.update_user(session, caller, id, body.model_dump(exclude_unset=True))
-        roles = (await service.roles_of(session, [user.id]))[user.id]
+    user, roles = await user_service.patch_user(
+        db,
+        caller,
+        id,
+        body.model_dump(exclude_unset=True, exclude={"currentPassword", "keepApiTokens"}),
+        current_password=body.currentPassword,
+        keep_api_tokens=body.keepApiTokens,
+        limits=login_service.Limits.of(settings),
+    )
     request.app.state.principals.clear()
     return JSONOut(user_dict(user, roles))
 
@@ -295,9 +310,8 @@ async def update_user(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     summary="Delete a user (iam.account.delete)",
 )
 async def delete_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.ACCOUNT_DELETE)
     async with db.write() as session:
-        await service.delete_user(session, caller, id)
+        await user_service.delete_user(session, caller, id)
     request.app.state.principals.clear()
     return JSONOut({})
 
@@ -315,37 +329,42 @@ async def delete_user(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     summary="Create a tenant (iam.tenant.create)",
 )
 async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.TENANT_CREATE)
     body = await parse_body(request, TenantCreate)
     async with db.write() as session:
-        tenant = await service.create_tenant(session, body.name, caller)
+        tenant = await tenant_service.create_tenant(session, body.name, caller)
     return single(_tenant_dict(tenant), 201)
 
 
 @router.get(
     "/tenants",
     tags=["tenants"],
-    response_model=Single[list[TenantOut]],
-    responses=errors(401),
-    summary="List tenants (all with iam.tenant.read, else the caller's own)",
+    response_model=Page[TenantOut],
+    responses=errors(400, 401),
+    summary="List tenants, paged (all with iam.tenant.read, else the caller's own)",
 )
-async def list_tenants(db: DB, caller: Caller) -> JSONOut:
+async def list_tenants(
+    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    lq = parse_list_query(request)
     async with db.read() as session:
-        tenants = await service.list_tenants(session, caller)
-    return single([_tenant_dict(t) for t in tenants])
+        tenants, total = await tenant_service.list_tenants(session, caller, limit=lq.size, offset=lq.offset)
+    return page([_tenant_dict(t) for t in tenants], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.get(
     "/roles",
     tags=["roles"],
-    response_model=Single[list[RoleOut]],
-    responses=errors(401, 403),
-    summary="List roles (tenant.roles.read)",
+    response_model=Page[RoleOut],
+    responses=errors(400, 401, 403),
+    summary="List roles, paged (tenant.roles.read)",
 )
-async def list_roles(db: DB, caller: Caller) -> JSONOut:
+async def list_roles(
+    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    lq = parse_list_query(request)
     async with db.read() as session:
-        roles = await service.list_roles(session, caller)
-    return single([role_dict(r) for r in roles])
+        roles, total = await role_service.list_roles(session, caller, limit=lq.size, offset=lq.offset)
+    return page([role_dict(r) for r in roles], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.post(
@@ -358,10 +377,9 @@ async def list_roles(db: DB, caller: Caller) -> JSONOut:
     summary="Create a role (tenant.roles.create in the caller's tenant; all for global roles)",
 )
 async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.ROLES_CREATE)
     body = await parse_body(request, RoleCreate)
     async with db.write() as session:
-        role = await service.create_role(
+        role = await role_service.create_role(
             session,
             name=body.name,
             permissions=body.permissions,
@@ -381,7 +399,7 @@ async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
 )
 async def get_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     async with db.read() as session:
-        role = await service.get_role(session, caller, id)
+        role = await role_service.get_role(session, caller, id)
     return single(role_dict(role))
 
 
@@ -396,7 +414,7 @@ async def get_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
 async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
     body = await parse_body(request, RoleUpdate)
     async with db.write() as session:
-        role = await service.update_role(session, caller, id, body.model_dump(exclude_unset=True))
+        role = await role_service.update_role(session, caller, id, body.model_dump(exclude_unset=True))
     request.app.state.principals.clear()
     return single(role_dict(role))
 
@@ -410,6 +428,6 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
 )
 async def delete_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
     async with db.write() as session:
-        await service.delete_role(session, caller, id)
+        await role_service.delete_role(session, caller, id)
     request.app.state.principals.clear()
     return JSONOut({})

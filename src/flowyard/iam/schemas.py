@@ -83,6 +83,16 @@ class UserUpdate(BaseModel):
     status: UserStatus | None = None
     img: str | None = Field(None, max_length=2000)
     confirmed: bool | None = None
+    currentPassword: str | None = Field(
+        None,
+        max_length=1024,
+        description="Required with password, except when an administrator resets another user's password.",
+    )
+    keepApiTokens: bool = Field(
+        False,
+        description="With password: keep the user's API tokens. Its sessions are always revoked "
+        "(all but the caller's own when it changes its own password).",
+    )
 
 
 class TenantCreate(BaseModel):
@@ -123,7 +133,9 @@ class TokenCreate(BaseModel):
     description: str | None = Field(None, max_length=500)
     expiresAt: datetime | None = Field(None, description="ISO timestamp; omitted: the token does not expire.")
     permissions: list[Permission] | None = Field(
-        None, description="Narrow the token; omitted: all of the user's."
+        None,
+        description="Narrow the token; omitted: the same as the token that creates it "
+        "(all of the user's, unless that token is itself narrowed).",
     )
     user: str | None = Field(None, description="Admins only: create the token for this user id.")
 

