@@ -12,6 +12,7 @@ _TEXT = {
     409: "State conflict",
     413: "Body too large",
     415: "Content-Type is not JSON",
+    429: "Rate limited: retry after the Retry-After header's seconds",
     503: "Storage unavailable",
 }
 

@@ -59,10 +59,11 @@ def error_response(
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(FlowyardError)
     async def _domain(request: Request, exc: FlowyardError) -> ORJSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        headers.update(exc.headers)
         if exc.status >= 500:
             log.error("request %s failed: %s", request_id_of(request.scope), exc.message)
-        return error_response(exc.status, exc.problems, headers)
+        return error_response(exc.status, exc.problems, headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> ORJSONResponse:

@@ -207,9 +207,9 @@ class VettingBackend(httpcore.AsyncNetworkBackend):
         # AnyIO works under any running event loop; nothing here is bound to one.
         self.backend = backend or httpcore.AnyIOBackend()
 
-    async def vetted_addresses(self, host: str, port: int, timeout: float | None) -> list[str]:
+    async def vetted_addresses(self, host: str, port: int, deadline: float | None) -> list[str]:
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(deadline):
                 addresses = await self.resolver(host, port)
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"resolving {host} timed out") from None
@@ -238,7 +238,7 @@ class VettingBackend(httpcore.AsyncNetworkBackend):
         self,
         host: str,
         port: int,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
@@ -254,7 +254,10 @@ class VettingBackend(httpcore.AsyncNetworkBackend):
         raise last
 
     async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         raise DestinationRefused("flow code may not connect to Unix sockets")
 

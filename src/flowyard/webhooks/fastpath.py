@@ -39,7 +39,7 @@ class WebhookFastPath:
         except FlowyardError as exc:
             status = exc.status
             body = orjson.dumps(error_body(exc.status, exc.problems))
-            headers = {}
+            headers = exc.headers
         except Exception:
             log.exception("webhook for flow %s failed unexpectedly", flow_id[:64])
             status, headers = 500, {}

@@ -70,7 +70,8 @@ async def handle(
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"The body is not valid JSON: {exc}") from None
+        # Position only: no parser text goes back to an anonymous caller.
+        raise InvalidInput(f"The body is not valid JSON (line {exc.lineno}, column {exc.colno}).") from None
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
         raise InvalidInput("Idempotency-Key must be 1 to 255 characters.", field="Idempotency-Key")
     accepted = await batcher.submit(
@@ -96,7 +97,7 @@ async def handle(
     finished = await wait_for_result(db, hub, accepted.execution_id, wait)
     if finished is None:
         return queued
-    status, result, error = finished
+    status, result, _error = finished
     if status == "succeeded":
         result = result or {}
         if "reply" in result:
@@ -107,8 +108,13 @@ async def handle(
                 {str(k): str(v) for k, v in (reply.get("headers") or {}).items()},
             )
         return Reply(200, result.get("data"))
-    message = f"Execution {accepted.execution_id} {status}: {error or 'no reason given'}"
-    return Reply(502, error_body(502, [Problem(message)]))
+    # The caller is anonymous: no error text (it could hold internal addresses, or serve as a
+    # port-scan oracle). The details stay in the execution and its logs for the flow's owners.
+    return Reply(502, error_body(502, [Problem(failed_message(accepted.execution_id, status))]))
+
+
+def failed_message(execution_id: str, status: str) -> str:
+    return f"Execution {execution_id} {status}; its details are in the execution and its logs."
 
 
 async def wait_for_result(
