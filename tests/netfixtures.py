@@ -28,9 +28,11 @@ async def configured(
     Several apps on one database stand for several API processes."""
     async with contextlib.AsyncExitStack() as stack:
 
-        async def make(*, run_engine: bool = True, **overrides: Any) -> httpx.AsyncClient:
+        async def make(
+            *, run_engine: bool = True, database: Database | None = None, **overrides: Any
+        ) -> httpx.AsyncClient:
             settings = engine_settings.model_copy(update=overrides)
-            app = create_app(settings, db=db, registry=registry, run_engine=run_engine)
+            app = create_app(settings, db=database or db, registry=registry, run_engine=run_engine)
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://flowyard.test"
