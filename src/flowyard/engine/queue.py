@@ -148,13 +148,15 @@ class Claimed:
 _QUEUED_GROUPS = sa.text(
     """
     WITH RECURSIVE g(grp) AS (
-        SELECT min(queue_group) FROM executions WHERE status = 'queued'
+        SELECT (SELECT queue_group FROM executions
+                WHERE status = 'queued' AND queue_group IS NOT NULL ORDER BY queue_group LIMIT 1)
         UNION ALL
-        SELECT (SELECT min(e.queue_group) FROM executions e
-                WHERE e.status = 'queued' AND e.queue_group > g.grp)
+        SELECT (SELECT e.queue_group FROM executions e
+                WHERE e.status = 'queued' AND e.queue_group > g.grp ORDER BY e.queue_group LIMIT 1)
         FROM g WHERE g.grp IS NOT NULL
     )
-    SELECT grp, (SELECT min(e.id) FROM executions e WHERE e.status = 'queued' AND e.queue_group = g.grp)
+    SELECT grp, (SELECT e.id FROM executions e
+                 WHERE e.status = 'queued' AND e.queue_group = g.grp ORDER BY e.id LIMIT 1)
     FROM g WHERE grp IS NOT NULL
     """
 )
