@@ -8,13 +8,16 @@ import hashlib
 import hmac
 import socket
 import time
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
 
+from flowyard.clock import utcnow
 from flowyard.db.session import Database
+from flowyard.engine import pruner
 from flowyard.executions.models import Execution
 from flowyard.webhooks.models import WebhookRateBucket
 from flowyard.webhooks.service import signature_header, signature_problem
@@ -318,3 +321,19 @@ async def test_rate_limit_holds_across_api_processes(
     assert await count_executions(db, fid) == 5
     retry = {int(r.headers["Retry-After"]) for r in replies if r.status_code == 429}
     assert all(90 <= s <= 100 for s in retry), retry  # one token per 100 s
+
+
+async def test_idle_rate_buckets_are_pruned(configured: MakeClient, admin: Account, db: Database) -> None:
+    c = await configured(webhook_rate_limit=1.0)
+    fid = await active_flow(c, admin, flow_body())
+    assert (await c.post(f"/webhooks/{fid}", json={})).status_code == 202
+
+    async def buckets() -> int:
+        async with db.read() as session:
+            return int(await session.scalar(sa.select(sa.func.count()).select_from(WebhookRateBucket)) or 0)
+
+    assert await buckets() == 1
+    hour = await pruner.prune(db, retention=timedelta(days=14), batch=100, now=utcnow() + timedelta(hours=1))
+    assert hour["webhook_rate_buckets"] == 0 and await buckets() == 1
+    later = await pruner.prune(db, retention=timedelta(days=14), batch=100, now=utcnow() + timedelta(days=2))
+    assert later["webhook_rate_buckets"] == 1 and await buckets() == 0
