@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -53,6 +54,11 @@ class Upstream:
     chunked: bool = False
 
 
+def redirect_path(target: str) -> str:
+    """A path on the upstream that answers 302 to ``target``."""
+    return "/redirect/" + quote(target, safe="")
+
+
 @contextlib.contextmanager
 def upstream_server(host: str = "127.0.0.1") -> Iterator[Upstream]:
     state = Upstream()
@@ -62,6 +68,12 @@ def upstream_server(host: str = "127.0.0.1") -> Iterator[Upstream]:
 
         def do_GET(self) -> None:
             state.hits.append(self.path)
+            if self.path.startswith("/redirect/"):
+                self.send_response(302)
+                self.send_header("Location", unquote(self.path[len("/redirect/") :]))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             if state.chunked:

@@ -8,6 +8,8 @@ reach nothing but loopback.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import httpx
@@ -22,7 +24,7 @@ from flowyard.engine.queue import Claimed, Outcome
 from flowyard.engine.runner import CompiledFlow, run_execution
 from tests.conftest import Account, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
-from tests.netfixtures import MakeClient, configured, upstream_server
+from tests.netfixtures import MakeClient, configured, redirect_path, upstream_server
 
 __all__ = ["configured"]
 
@@ -236,6 +238,51 @@ async def test_metadata_address_refused_before_connecting() -> None:
     async with build_client(settings, resolver=resolver) as client:
         out = await run_http(client, settings, "http://127.0.0.1:9/latest/meta-data/")
     assert out.status == "failed" and "refusing to connect" in (out.error or "")
+
+
+async def test_followed_redirects_are_vetted_at_each_hop() -> None:
+    # The http component follows no redirects; a client user that does gets every hop vetted.
+    settings = Settings(http_allow_networks=["127.0.0.1/32"], step_timeout=5)
+    with upstream_server() as up:
+        async with build_client(settings) as client:
+            r = await client.get(f"http://127.0.0.1:{up.port}{redirect_path('/landed')}")
+            assert r.status_code == 302  # not followed by default
+            ok = await client.get(
+                f"http://127.0.0.1:{up.port}{redirect_path(f'http://127.0.0.1:{up.port}/landed')}",
+                follow_redirects=True,
+            )
+            assert ok.status_code == 200 and ok.json() == {"ok": True}
+            # 127.0.0.2 is loopback but not listed (and nothing listens there): refused, not tried.
+            with pytest.raises(httpx.ConnectError, match=r"refusing to connect to 127\.0\.0\.2"):
+                await client.get(
+                    f"http://127.0.0.1:{up.port}{redirect_path(f'http://127.0.0.2:{up.port}/inside')}",
+                    follow_redirects=True,
+                )
+    assert "/landed" in up.hits and "/inside" not in up.hits
+
+
+def test_build_client_works_in_any_loop_and_thread() -> None:
+    """Runner processes build their client wherever they run: no state is bound to a loop
+    until the client is used, and each loop gets its own client."""
+    settings = Settings(http_allow_networks=["127.0.0.1/32"], step_timeout=5)
+    results: list[int] = []
+
+    def in_thread(port: int) -> None:
+        client = build_client(settings)  # built with no running loop
+
+        async def use() -> None:
+            async with client:
+                results.append((await client.get(f"http://127.0.0.1:{port}/t")).status_code)
+
+        asyncio.run(use())
+
+    with upstream_server() as up:
+        threads = [threading.Thread(target=in_thread, args=(up.port,)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    assert results == [200, 200, 200]
 
 
 async def test_proxy_environment_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
