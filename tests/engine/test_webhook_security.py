@@ -337,3 +337,34 @@ async def test_idle_rate_buckets_are_pruned(configured: MakeClient, admin: Accou
     assert hour["webhook_rate_buckets"] == 0 and await buckets() == 1
     later = await pruner.prune(db, retention=timedelta(days=14), batch=100, now=utcnow() + timedelta(days=2))
     assert later["webhook_rate_buckets"] == 1 and await buckets() == 0
+
+
+async def test_respond_headers_cannot_break_the_reply(configured: MakeClient, admin: Account) -> None:
+    c = await configured()
+    headers = {
+        "X-Ok": "1",
+        "Content-Length": "999",
+        "Transfer-Encoding": "chunked",
+        "X-Not-Latin-1": "\u20ac",
+        "Bad Name": "x",
+        "Content-Type": "application/vnd.example+json",
+    }
+    fid = await active_flow(
+        c,
+        admin,
+        flow_body(
+            graph={
+                "nodes": [
+                    {"id": "in"},
+                    {"id": "r", "componentId": "respond", "fields": {"status": 201, "headers": headers}},
+                ],
+                "edges": [{"source": "in", "target": "r"}],
+            }
+        ),
+    )
+    r = await c.post(f"/webhooks/{fid}", params={"wait": 10}, json={"a": 1})
+    assert r.status_code == 201 and r.json() == {"a": 1}
+    assert r.headers["X-Ok"] == "1", r.headers
+    assert r.headers.get_list("content-type") == ["application/vnd.example+json"], r.headers
+    assert r.headers.get_list("content-length") == [str(len(r.content))]
+    assert "transfer-encoding" not in r.headers and "x-not-latin-1" not in r.headers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,37 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# The service frames the reply itself; a flow may not override that.
+_RESERVED = frozenset(
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+    }
+)
+
+
+def reply_headers(raw: Any) -> dict[str, str]:
+    """The headers a flow's respond node set, minus framing headers and anything that is not a
+    valid header (which would otherwise fail the reply after the fact)."""
+    out: dict[str, str] = {}
+    if not isinstance(raw, dict):
+        return out
+    for name, value in raw.items():
+        name, value = str(name), str(value)
+        if not _TOKEN.fullmatch(name) or name.lower() in _RESERVED:
+            continue
+        if any(c in value for c in "\r\n\x00") or not all(ord(c) < 256 for c in value):
+            continue
+        out[name] = value
+    return out
 
 
 def parse_wait(raw: str | None) -> float | None:
@@ -105,7 +137,7 @@ async def handle(
             return Reply(
                 int(reply.get("status", 200)),
                 reply.get("body"),
-                {str(k): str(v) for k, v in (reply.get("headers") or {}).items()},
+                reply_headers(reply.get("headers")),
             )
         return Reply(200, result.get("data"))
     # The caller is anonymous: no error text (it could hold internal addresses, or serve as a
