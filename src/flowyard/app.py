@@ -34,7 +34,7 @@ from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 from flowyard.webhooks import router as webhooks_router
 from flowyard.webhooks.fastpath import WebhookFastPath
-from flowyard.webhooks.service import WebhookBatcher
+from flowyard.webhooks.service import WebhookBatcher, WebhookLimits
 
 log = logging.getLogger("flowyard")
 
@@ -80,6 +80,7 @@ def create_app(
             app.state.db,
             window_ms=settings.webhook_group_commit_ms,
             on_commit=engine.wake_worker if engine is not None else None,
+            limits=WebhookLimits.from_settings(settings),
         )
         try:
             yield
@@ -107,7 +108,9 @@ def create_app(
     app.state.engine = None
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
-        app.state.webhooks = WebhookBatcher(db, window_ms=settings.webhook_group_commit_ms)
+        app.state.webhooks = WebhookBatcher(
+            db, window_ms=settings.webhook_group_commit_ms, limits=WebhookLimits.from_settings(settings)
+        )
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.
     app.add_middleware(WebhookFastPath, state=app.state)

@@ -6,11 +6,13 @@ Nothing reads the environment at import time: the CLI and the app factory build 
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import orjson
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -97,12 +99,54 @@ class Settings(BaseSettings):
     retention_days: float = Field(14.0, gt=0, description="Age after which executions and logs are pruned.")
     prune_interval: float = Field(300.0, gt=0, description="Seconds between pruning passes.")
     prune_batch: int = Field(2000, ge=1, description="Rows deleted per pruning transaction.")
-    http_allow_link_local: bool = Field(
-        False, description="Let the http component reach 169.254.0.0/16 and fd00:ec2::254 (cloud metadata)."
+    http_allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="CIDRs flow code may reach although the network policy denies them by default "
+        "(loopback, private, link-local, CGNAT, unique-local, multicast, metadata...). Comma-separated "
+        "or a JSON list, e.g. 10.1.0.0/16,fd12::/48.",
+    )
+    http_max_response_bytes: int = Field(
+        5 * 1024 * 1024, ge=1024, description="Largest response body the http component reads (decoded)."
     )
     webhook_group_commit_ms: float = Field(
         2.0, ge=0, description="How long a webhook insert waits to share one commit with concurrent ones."
     )
+    webhook_signature_tolerance_seconds: int = Field(
+        300,
+        ge=1,
+        description="How far the t= timestamp of X-Flowyard-Signature may lie in the past or the future.",
+    )
+    webhook_rate_limit: float = Field(
+        0.0,
+        ge=0,
+        description="Webhook requests accepted per second per flow, across all API processes (0: no limit).",
+    )
+    webhook_rate_burst: int | None = Field(
+        None,
+        ge=1,
+        description="Webhook requests a flow may receive at once before the rate applies "
+        "(default: the rate per second, at least 1).",
+    )
+
+    @field_validator("http_allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return orjson.loads(text)
+            return [v.strip() for v in text.split(",") if v.strip()]
+        return value
+
+    @field_validator("http_allow_networks")
+    @classmethod
+    def _valid_networks(cls, value: list[str]) -> list[str]:
+        for v in value:
+            ipaddress.ip_network(v, strict=False)  # ValueError names the bad entry
+        return value
+
+    def webhook_burst(self) -> int:
+        return self.webhook_rate_burst or max(1, int(self.webhook_rate_limit))
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -41,6 +41,11 @@ class FlowyardError(Exception):
     def problems(self) -> list[Problem]:
         return [Problem(self.message, self.field)]
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Response headers that go with this error (e.g. Retry-After)."""
+        return {}
+
 
 class InvalidInput(FlowyardError):
     """Invalid input."""
@@ -94,17 +99,21 @@ class UnsupportedMediaType(FlowyardError):
     status = 415
 
 
-class StorageUnavailable(FlowyardError):
-    """Storage is unavailable; try again."""
-
-    status = 503
-
-
 class TooManyRequests(FlowyardError):
-    """Too many requests; try again later."""
+    """Too many requests; retry later."""
 
     status = 429
 
     def __init__(self, message: str | None = None, *, retry_after: int) -> None:
+        self.retry_after = max(1, retry_after)
         super().__init__(message)
-        self.retry_after = max(1, int(retry_after))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class StorageUnavailable(FlowyardError):
+    """Storage is unavailable; try again."""
+
+    status = 503

@@ -3,8 +3,7 @@ webhooks, cron, executions, logs and counts."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +15,7 @@ from flowyard.db.session import Database
 from flowyard.engine import lifecycle, pruner
 from flowyard.executions.models import Execution
 from flowyard.flows.models import Flow
+from flowyard.webhooks.service import signature_header
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 Client = httpx.AsyncClient
@@ -167,7 +167,7 @@ async def test_signed_webhooks(engine_client: Client, admin: Account) -> None:
     body = b'{"a": 1}'
     r = await c.post(f"/webhooks/{fid}", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 401
-    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    sig = signature_header(secret, body, int(time.time()))
     r = await c.post(
         f"/webhooks/{fid}",
         content=body,
@@ -227,7 +227,14 @@ async def test_synchronous_replies(engine_client: Client, admin: Account) -> Non
         ),
     )
     r = await c.post(f"/webhooks/{failing}", params={"wait": 5}, json={})
-    assert r.status_code == 502 and "step j failed" in r.json()["errors"][0]["message"]
+    assert r.status_code == 502, r.text
+    message = r.json()["errors"][0]["message"]
+    assert message.startswith("Execution ") and message.endswith(
+        " failed; its details are in the execution and its logs."
+    )
+    assert "step j" not in message and "nothing.here" not in message
+    eid = message.split()[1]
+    assert "step j failed" in (await finished(c, admin, eid))["error"]
     slow = await active_flow(
         c,
         admin,

@@ -15,6 +15,7 @@ from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.engine import builtins
 from flowyard.engine.components import Component, Registry
+from flowyard.engine.netpolicy import build_client
 from flowyard.engine.queue import Claimed, Outcome
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
 
@@ -46,7 +47,7 @@ SETTINGS = Settings(step_timeout=0.3, max_messages=100)
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with build_client(SETTINGS) as client:
         yield client
 
 
@@ -255,4 +256,4 @@ async def test_http_component_refuses_metadata_address(http: httpx.AsyncClient) 
     nodes = [node("in"), node("h", "http", url="http://169.254.169.254/latest/meta-data/")]
     out = await run(http, nodes, [edge("in", "h")], {})
     assert out.status == "failed"
-    assert "link-local/metadata" in (out.error or "")
+    assert "169.254.169.254 (cloud metadata" in (out.error or "")

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flowyard.config import Settings
 from tests.conftest import Account, Factory, flow_body, wait_until
 from tests.engine.test_engine_e2e import active_flow
 
@@ -31,6 +32,12 @@ class _Recorder(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+@pytest.fixture
+def engine_settings(engine_settings: Settings) -> Settings:
+    """The upstream listens on loopback, which the network policy opens only when listed."""
+    return engine_settings.model_copy(update={"http_allow_networks": ["127.0.0.0/8"]})
 
 
 @pytest.fixture

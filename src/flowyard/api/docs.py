@@ -12,7 +12,7 @@ _TEXT = {
     409: "State conflict",
     413: "Body too large",
     415: "Content-Type is not JSON",
-    429: "Too many attempts; the Retry-After header says when to try again",
+    429: "Too many requests: retry after the Retry-After header's seconds",
     503: "Storage unavailable",
 }
 

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from flowyard.api.middleware import request_id_of
 from flowyard.api.problems import validation_problems
 from flowyard.api.responses import JSONOut as ORJSONResponse
-from flowyard.errors import FlowyardError, Problem, TooManyRequests, error_body
+from flowyard.errors import FlowyardError, Problem, error_body
 
 log = logging.getLogger("flowyard.api")
 
@@ -59,12 +59,11 @@ def error_response(
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(FlowyardError)
     async def _domain(request: Request, exc: FlowyardError) -> ORJSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        if isinstance(exc, TooManyRequests):
-            headers = {"Retry-After": str(exc.retry_after)}
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        headers.update(exc.headers)
         if exc.status >= 500:
             log.error("request %s failed: %s", request_id_of(request.scope), exc.message)
-        return error_response(exc.status, exc.problems, headers)
+        return error_response(exc.status, exc.problems, headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> ORJSONResponse:

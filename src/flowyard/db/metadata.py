@@ -9,5 +9,6 @@ from flowyard.iam import models as _iam  # noqa: F401
 from flowyard.logs import models as _logs  # noqa: F401
 from flowyard.secrets import models as _secrets  # noqa: F401
 from flowyard.templates import models as _templates  # noqa: F401
+from flowyard.webhooks import models as _webhooks  # noqa: F401
 
 metadata = Base.metadata

@@ -4,12 +4,11 @@ group as third-party ones (see pyproject.toml)."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import socket
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flowyard.engine.components import Component, Message
@@ -20,6 +19,7 @@ from flowyard.engine.expressions import (
     compile_expression,
     compile_mapper,
 )
+from flowyard.engine.netpolicy import refusal_of
 
 
 class ComponentError(Exception):
@@ -243,31 +243,28 @@ class HttpFields(_Fields):
         return value
 
 
-_METADATA_V6 = ipaddress.ip_address("fd00:ec2::254")
-_LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+def _size(n: int) -> str:
+    return f"{n / 1048576:g} MiB" if n % 1048576 == 0 else f"{n} bytes"
 
 
-def _forbidden_address(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip in _LINK_LOCAL_V4 or ip == _METADATA_V6 or (ip.version == 6 and ip.is_link_local)
-
-
-async def check_destination(url: str, allow_link_local: bool) -> None:
-    """Refuse link-local and cloud-metadata destinations (SSRF to instance credentials)."""
-    if allow_link_local:
-        return
-    host = urlsplit(url).hostname
-    if not host:
-        raise ComponentError(f"invalid URL {url!r}")
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise ComponentError(f"cannot resolve {host}: {exc}") from None
-    for info in infos:
-        if _forbidden_address(str(info[4][0])):
-            raise ComponentError(f"refusing to call {host}: link-local/metadata address {info[4][0]}")
+async def _read_capped(resp: httpx.Response, cap: int) -> bytes | None:
+    """The (decoded) body, or None as soon as it grows past ``cap`` bytes."""
+    declared = resp.headers.get("content-length")
+    if (
+        declared is not None
+        and declared.isdigit()
+        and int(declared) > cap
+        and "content-encoding" not in resp.headers
+    ):
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _render_url(template: str, data: Any) -> str:
@@ -289,7 +286,6 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ComponentError(f"url {url!r} is not an http(s) URL")
-    await check_destination(url, ctx.settings.http_allow_link_local)
     headers = dict(f.headers)
     auth: httpx.Auth | None = None
     creds = ctx.credentials or {}
@@ -304,23 +300,35 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
         body = apply_mapper(compile_mapper(f.body), data) if isinstance(f.body, dict | str) else f.body
     elif f.method in ("POST", "PUT", "PATCH"):
         body = data
+    cap = ctx.settings.http_max_response_bytes
+    request = ctx.http.build_request(
+        f.method,
+        url,
+        headers=headers,
+        json=body if f.method not in ("GET", "HEAD", "DELETE") or body is not None else None,
+        timeout=f.timeout,
+    )
     try:
-        resp = await ctx.http.request(
-            f.method,
-            url,
-            headers=headers,
-            auth=auth or httpx.USE_CLIENT_DEFAULT,
-            json=body if f.method not in ("GET", "HEAD", "DELETE") or body is not None else None,
-            timeout=f.timeout,
-            follow_redirects=False,
-        )
+        resp = await ctx.http.send(request, auth=auth or httpx.USE_CLIENT_DEFAULT, stream=True)
+        try:
+            raw = await _read_capped(resp, cap)
+        finally:
+            await resp.aclose()
     except httpx.HTTPError as exc:
+        refused = refusal_of(exc)
+        if refused is not None:
+            raise ComponentError(f"{f.method} {url}: {refused}") from None
         raise ComponentError(f"{f.method} {url} failed: {type(exc).__name__}: {exc}") from None
+    if raw is None:
+        raise ComponentError(
+            f"{f.method} {url}: the response body exceeds the {_size(cap)} limit "
+            "(FLOWYARD_HTTP_MAX_RESPONSE_BYTES)"
+        )
     content: Any
     try:
-        content = resp.json() if resp.content else None
-    except ValueError:
-        content = resp.text
+        content = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        content = raw.decode(resp.encoding or "utf-8", errors="replace")
     if f.failOnError and resp.status_code >= 400:
         raise ComponentError(f"{f.method} {url} answered {resp.status_code}")
     return {

@@ -13,8 +13,11 @@ from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.executions.models import IDEMPOTENCY_WINDOW, Execution, ExecutionStep, IdempotencyKey
 from flowyard.logs.models import LogEntry
+from flowyard.webhooks.models import WebhookRateBucket
 
 log = logging.getLogger(__name__)
+
+RATE_BUCKET_IDLE = timedelta(days=1)
 
 
 def _id_floor(when: datetime) -> str:
@@ -27,7 +30,7 @@ async def prune(
 ) -> dict[str, int]:
     now = now or utcnow()
     cutoff = _id_floor(now - retention)
-    counts = {"executions": 0, "logs": 0, "idempotency_keys": 0}
+    counts = {"executions": 0, "logs": 0, "idempotency_keys": 0, "webhook_rate_buckets": 0}
     while True:
         async with db.write() as session:
             ids = list(
@@ -70,6 +73,13 @@ async def prune(
             sa.delete(IdempotencyKey).where(IdempotencyKey.created_at < now - IDEMPOTENCY_WINDOW)
         )
         counts["idempotency_keys"] = int(result.rowcount or 0)  # type: ignore[attr-defined]
+        # A bucket idle this long has refilled: dropping it is the same as keeping it full.
+        result = await session.execute(
+            sa.delete(WebhookRateBucket).where(
+                WebhookRateBucket.refilled_at < (now - RATE_BUCKET_IDLE).timestamp()
+            )
+        )
+        counts["webhook_rate_buckets"] = int(result.rowcount or 0)  # type: ignore[attr-defined]
     if db.is_sqlite and (counts["executions"] or counts["logs"]):
         async with db.engine.connect() as conn:
             # Return the WAL's pages to the main file so it does not grow without bound.

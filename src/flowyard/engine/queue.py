@@ -9,6 +9,7 @@ makes the same UPDATE a safe single claimer.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,13 @@ def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
     return next((o["id"] for o in owners if o.get("type") == "user"), None)
 
 
+def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
+    """The unit of fair sharing: a tenant, or the owner of tenantless flows."""
+    if tenant:
+        return f"t:{tenant}"
+    return f"u:{owner_user}" if owner_user else "-"
+
+
 async def enqueue(
     session: AsyncSession, items: Sequence[NewExecution], *, skip_duplicates: bool = False
 ) -> list[str]:
@@ -71,6 +79,7 @@ async def enqueue(
             "created_at": e.created_at,
             "scheduled_for": e.scheduled_for,
             "attempts": 0,
+            "queue_group": queue_group_of(e.tenant, e.owner_user),
         }
         for e in items
     ]
@@ -134,14 +143,101 @@ class Claimed:
     scheduled_for: datetime | None
 
 
+# Groups with queued work and the oldest queued id of each: a loose index scan over
+# (status, queue_group, id), one index probe per group, however long the queue is.
+_QUEUED_GROUPS = sa.text(
+    """
+    WITH RECURSIVE g(grp) AS (
+        SELECT (SELECT queue_group FROM executions
+                WHERE status = 'queued' AND queue_group IS NOT NULL ORDER BY queue_group LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.queue_group FROM executions e
+                WHERE e.status = 'queued' AND e.queue_group > g.grp ORDER BY e.queue_group LIMIT 1)
+        FROM g WHERE g.grp IS NOT NULL
+    )
+    SELECT grp, (SELECT e.id FROM executions e
+                 WHERE e.status = 'queued' AND e.queue_group = g.grp ORDER BY e.id LIMIT 1)
+    FROM g WHERE grp IS NOT NULL
+    """
+)
+
+
+async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) -> list[str]:
+    """Ids of up to ``limit`` queued executions, shared fairly across queue groups.
+
+    Each slot goes to the group running the fewest executions now (counting those
+    this claim takes), ties to the group whose oldest queued execution is oldest:
+    a tenant with a backlog of thousands takes no slot from one with a single new
+    execution, and no group waits behind another's backlog. A group with fewer
+    queued rows than its share leaves the rest to the others; anything still
+    unfilled goes to the oldest queued rows.
+    """
+    heads = {grp: head for grp, head in (await session.execute(_QUEUED_GROUPS)).all()}
+    if not heads:
+        return []
+    running = {
+        grp: n
+        for grp, n in (
+            await session.execute(
+                sa.select(Execution.queue_group, sa.func.count())
+                .where(Execution.status == "running")
+                .group_by(Execution.queue_group)
+            )
+        ).all()
+    }
+    load = {grp: running.get(grp, 0) for grp in heads}
+    picked: list[str] = []
+    open_groups = set(heads)
+    while len(picked) < limit and open_groups:
+        # Water-filling: each slot to the least loaded group (a heap: many groups stay cheap).
+        want: Counter[str] = Counter()
+        heap = [(load[g], heads[g], g) for g in open_groups]
+        heapq.heapify(heap)
+        for _ in range(limit - len(picked)):
+            n, head, grp = heapq.heappop(heap)
+            want[grp] += 1
+            heapq.heappush(heap, (n + 1, head, grp))
+        for grp in sorted(want, key=lambda g: heads[g]):
+            pick = (
+                sa.select(Execution.id)
+                .where(Execution.status == "queued", Execution.queue_group == grp)
+                .order_by(Execution.id)
+                .limit(want[grp])
+            )
+            if picked:
+                pick = pick.where(Execution.id.not_in(picked))
+            if skip_locked:
+                pick = pick.with_for_update(skip_locked=True)
+            ids = list((await session.scalars(pick)).all())
+            picked += ids
+            load[grp] += len(ids)
+            if len(ids) < want[grp]:
+                open_groups.discard(grp)  # drained (or the rest is locked by another claimer)
+    if len(picked) < limit:
+        rest = sa.select(Execution.id).where(Execution.status == "queued").order_by(Execution.id)
+        if picked:
+            rest = rest.where(Execution.id.not_in(picked))
+        rest = rest.limit(limit - len(picked))
+        if skip_locked:
+            rest = rest.with_for_update(skip_locked=True)
+        picked += list((await session.scalars(rest)).all())
+    return picked
+
+
 async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
+    """Take up to ``limit`` queued executions, fairly across tenants (see ``_pick_fairly``).
+
+    PostgreSQL: the picked rows are locked with SKIP LOCKED, so concurrent
+    claimers take disjoint rows without waiting. SQLite: the caller's write
+    transaction (BEGIN IMMEDIATE) makes this the only claimer.
+    """
     now = utcnow()
-    pick = sa.select(Execution.id).where(Execution.status == "queued").order_by(Execution.id).limit(limit)
-    if dialect_name(session) == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+    picked = await _pick_fairly(session, limit, skip_locked=dialect_name(session) == "postgresql")
+    if not picked:
+        return []
     stmt = (
         sa.update(Execution)
-        .where(Execution.id.in_(pick))
+        .where(Execution.id.in_(picked), Execution.status == "queued")
         .values(
             status="running",
             lease_owner=worker_id,
@@ -164,7 +260,8 @@ async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seco
         .execution_options(synchronize_session=False)
     )
     rows = (await session.execute(stmt)).all()
-    return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
+    order = {eid: i for i, eid in enumerate(picked)}
+    return sorted((Claimed(*row) for row in rows), key=lambda c: order[c.id])
 
 
 async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:

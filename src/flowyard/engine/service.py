@@ -11,14 +11,13 @@ import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-import httpx
-
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
+from flowyard.engine.netpolicy import build_client
 from flowyard.engine.worker import Worker
 from flowyard.secrets.crypto import SecretBox, load_key
 
@@ -40,7 +39,7 @@ class EngineServices:
         self.registry = registry
         self.box = box
         self.hub = hub or CompletionHub()
-        self.http = httpx.AsyncClient(timeout=settings.step_timeout, follow_redirects=False)
+        self.http = build_client(settings)
         self.worker = Worker(db, settings, registry, box=box, hub=self.hub, http=self.http)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()

@@ -27,6 +27,7 @@ from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
+from flowyard.engine.netpolicy import build_client
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
@@ -75,7 +76,7 @@ class Worker:
     async def run(self) -> None:
         """Run until ``stop()``; then finish what runs within the grace period."""
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self.settings.step_timeout, follow_redirects=False)
+            self._http = build_client(self.settings)
         side = [
             asyncio.create_task(self._flusher(), name="flowyard-flusher"),
             asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),

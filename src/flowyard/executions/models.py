@@ -40,11 +40,15 @@ class Execution(Base):
     attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
     lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Who shares fairly in the queue: "t:<tenant>", or "u:<owner user>" for tenantless flows.
+    queue_group: Mapped[str | None] = mapped_column(sa.String(80))
 
     __table_args__ = (
         sa.UniqueConstraint("flow_id", "scheduled_for"),
         # Claim: the oldest queued rows. Reaper: running rows by lease expiry.
         sa.Index("ix_executions_status_id", "status", "id"),
+        # Fair claim: groups with queued work, their oldest rows, and what each runs.
+        sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
         sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
         sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
         sa.Index("ix_executions_tenant_id", "tenant", "id"),

@@ -74,7 +74,7 @@ class MutableFlow(BaseModel):
         min_length=16,
         max_length=200,
         description="Write-only. When set, webhooks must carry "
-        "X-Flowyard-Signature: sha256=<hex HMAC of the body>.",
+        'X-Flowyard-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + raw body>.',
     )
 
 

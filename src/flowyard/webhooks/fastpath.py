@@ -39,14 +39,17 @@ class WebhookFastPath:
         except FlowyardError as exc:
             status = exc.status
             body = orjson.dumps(error_body(exc.status, exc.problems))
-            headers = {}
+            headers = exc.headers
         except Exception:
             log.exception("webhook for flow %s failed unexpectedly", flow_id[:64])
             status, headers = 500, {}
             rid = scope.get("state", {}).get("request_id", "-")
             body = orjson.dumps(error_body(500, [Problem(f"Internal error (request id {rid}).")]))
-        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        raw_headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        extra = [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        raw_headers = [(b"content-length", str(len(body)).encode())]
+        if not any(k == b"content-type" for k, _ in extra):
+            raw_headers.append((b"content-type", b"application/json"))
+        raw_headers += extra
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
         await send({"type": "http.response.body", "body": body})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,37 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# The service frames the reply itself; a flow may not override that.
+_RESERVED = frozenset(
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+    }
+)
+
+
+def reply_headers(raw: Any) -> dict[str, str]:
+    """The headers a flow's respond node set, minus framing headers and anything that is not a
+    valid header (which would otherwise fail the reply after the fact)."""
+    out: dict[str, str] = {}
+    if not isinstance(raw, dict):
+        return out
+    for name, value in raw.items():
+        name, value = str(name), str(value)
+        if not _TOKEN.fullmatch(name) or name.lower() in _RESERVED:
+            continue
+        if any(c in value for c in "\r\n\x00") or not all(ord(c) < 256 for c in value):
+            continue
+        out[name] = value
+    return out
 
 
 def parse_wait(raw: str | None) -> float | None:
@@ -70,7 +102,8 @@ async def handle(
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"The body is not valid JSON: {exc}") from None
+        # Position only: no parser text goes back to an anonymous caller.
+        raise InvalidInput(f"The body is not valid JSON (line {exc.lineno}, column {exc.colno}).") from None
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
         raise InvalidInput("Idempotency-Key must be 1 to 255 characters.", field="Idempotency-Key")
     accepted = await batcher.submit(
@@ -96,7 +129,7 @@ async def handle(
     finished = await wait_for_result(db, hub, accepted.execution_id, wait)
     if finished is None:
         return queued
-    status, result, error = finished
+    status, result, _error = finished
     if status == "succeeded":
         result = result or {}
         if "reply" in result:
@@ -104,11 +137,16 @@ async def handle(
             return Reply(
                 int(reply.get("status", 200)),
                 reply.get("body"),
-                {str(k): str(v) for k, v in (reply.get("headers") or {}).items()},
+                reply_headers(reply.get("headers")),
             )
         return Reply(200, result.get("data"))
-    message = f"Execution {accepted.execution_id} {status}: {error or 'no reason given'}"
-    return Reply(502, error_body(502, [Problem(message)]))
+    # The caller is anonymous: no error text (it could hold internal addresses, or serve as a
+    # port-scan oracle). The details stay in the execution and its logs for the flow's owners.
+    return Reply(502, error_body(502, [Problem(failed_message(accepted.execution_id, status))]))
+
+
+def failed_message(execution_id: str, status: str) -> str:
+    return f"Execution {execution_id} {status}; its details are in the execution and its logs."
 
 
 async def wait_for_result(

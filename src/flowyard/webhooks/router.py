@@ -33,9 +33,14 @@ class WebhookAccepted(BaseModel):
             "description": "With ?wait=: the reply set by a respond node, or the last message's data",
             "content": {"application/json": {"schema": {}}},
         },
-        **errors(400, 401, 404, 409, 413, 415, 503),
+        **errors(400, 401, 404, 409, 413, 415, 429, 503),
+        429: {
+            **errors(429)[429],
+            "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
+        },
         502: {
-            "description": "With ?wait=: the execution failed",
+            "description": "With ?wait=: the execution failed or was cancelled (a generic message "
+            "with the execution id; the details are in the execution and its logs)",
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
         },
     },
@@ -60,7 +65,8 @@ async def receive(
         str | None,
         Header(
             alias="X-Flowyard-Signature",
-            description="sha256=<hex HMAC of the body>; required when the flow has a webhookSecret.",
+            description='t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + raw body> (several v1 '
+            "allowed); required when the flow has a webhookSecret; accepted within the tolerance window.",
         ),
     ] = None,
 ) -> JSONOut:

@@ -14,20 +14,34 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
+from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.session import Database
 from flowyard.engine import queue
-from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailable, Unauthorized
+from flowyard.errors import (
+    Conflict,
+    FlowyardError,
+    NotFound,
+    StorageUnavailable,
+    TooManyRequests,
+    Unauthorized,
+)
 from flowyard.executions.models import IDEMPOTENCY_WINDOW, IdempotencyKey
 from flowyard.flows.models import Flow
 from flowyard.ids import is_valid_id, new_id
+from flowyard.webhooks.models import WebhookRateBucket
+
+if TYPE_CHECKING:
+    from flowyard.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +71,126 @@ def not_found(flow_id: str) -> NotFound:
     return NotFound(f"Flow {flow_id} either does not exist or is inactive.")
 
 
-def _signature_ok(secret: str, raw: bytes, header: str | None) -> bool:
+_HEX = frozenset("0123456789abcdef")
+_MAX_SIGNATURE_HEADER = 1024
+SIGNATURE_FORMAT = 't=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + raw body>'
+
+
+def signature_problem(
+    secret: str, raw: bytes, header: str | None, *, now: float, tolerance: float
+) -> str | None:
+    """Why ``X-Flowyard-Signature`` does not authenticate ``raw``, or None when it does.
+
+    Format (after Stripe): ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>``;
+    several ``v1`` may be given (secret rotation), other schemes are ignored. Total:
+    never raises, whatever the header holds.
+    """
     if not header:
-        return False
-    expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header.strip().lower())
+        return "is missing"
+    if len(header) > _MAX_SIGNATURE_HEADER or not header.isascii():
+        return "is malformed"
+    timestamp: str | None = None
+    candidates: list[str] = []
+    for item in header.split(","):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            return "is malformed"
+        if key == "t":
+            if timestamp is not None or not value.isdigit() or len(value) > 12:
+                return "is malformed"
+            timestamp = value
+        elif key == "v1":
+            digest = value.lower()
+            if len(digest) != 64 or not _HEX.issuperset(digest):
+                return "is malformed"
+            candidates.append(digest)
+    if timestamp is None or not candidates:
+        return "is malformed"
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
+    matched = False
+    for candidate in candidates:  # compare with all of them: the time taken tells nothing
+        matched |= hmac.compare_digest(expected, candidate)
+    if not matched:
+        return "does not match"
+    if abs(now - int(timestamp)) > tolerance:
+        return f"timestamp is more than {tolerance:g} s from now"
+    return None
+
+
+def signature_header(secret: str, raw: bytes, timestamp: int) -> str:
+    """A valid header for ``raw`` (for senders and tests)."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + raw, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+@dataclass(frozen=True)
+class WebhookLimits:
+    """The settings the acceptance of a webhook depends on."""
+
+    signature_tolerance: float = 300.0
+    rate: float = 0.0  # requests per second per flow; 0: no limit
+    burst: int = 1
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookLimits:
+        return cls(
+            signature_tolerance=settings.webhook_signature_tolerance_seconds,
+            rate=settings.webhook_rate_limit,
+            burst=settings.webhook_burst(),
+        )
+
+
+async def take_tokens(
+    session: AsyncSession, wanted: dict[str, int], *, rate: float, burst: int, now: float
+) -> dict[str, tuple[int, int]]:
+    """Take up to ``wanted[flow]`` tokens from each flow's bucket, in the caller's transaction.
+
+    Returns, per flow, the tokens granted and the seconds until the next one. The
+    bucket rows are locked (PostgreSQL: FOR UPDATE, in flow order; SQLite: the
+    single writer), so API processes sharing the database share the budget.
+    """
+    flows = sorted(wanted)
+    table = cast(sa.Table, WebhookRateBucket.__table__)
+    await session.execute(
+        insert_ignore(session, table, ["flow_id"]),
+        [{"flow_id": f, "tokens": float(burst), "refilled_at": now} for f in flows],
+    )
+    query = (
+        sa.select(WebhookRateBucket.flow_id, WebhookRateBucket.tokens, WebhookRateBucket.refilled_at)
+        .where(WebhookRateBucket.flow_id.in_(flows))
+        .order_by(WebhookRateBucket.flow_id)
+    )
+    if dialect_name(session) == "postgresql":
+        query = query.with_for_update()
+    out: dict[str, tuple[int, int]] = {}
+    updates = []
+    for flow_id, tokens, refilled_at in (await session.execute(query)).all():
+        tokens = min(float(burst), tokens + max(0.0, now - refilled_at) * rate)
+        granted = min(wanted[flow_id], int(tokens))
+        tokens -= granted
+        out[flow_id] = (granted, max(1, math.ceil((1.0 - tokens) / rate)) if tokens < 1 else 1)
+        updates.append({"fid": flow_id, "tok": tokens, "at": max(now, refilled_at)})
+    await session.execute(
+        sa.update(table)
+        .where(table.c.flow_id == sa.bindparam("fid"))
+        .values(tokens=sa.bindparam("tok"), refilled_at=sa.bindparam("at")),
+        updates,
+    )
+    return out
 
 
 class WebhookBatcher:
     def __init__(
-        self, db: Database, *, window_ms: float, on_commit: Callable[[], None] | None = None
+        self,
+        db: Database,
+        *,
+        window_ms: float,
+        on_commit: Callable[[], None] | None = None,
+        limits: WebhookLimits | None = None,
     ) -> None:
         self.db = db
+        self.limits = limits or WebhookLimits()
         self.window = window_ms / 1000
         self.on_commit = on_commit
         self._pending: list[WebhookRequest] = []
@@ -109,7 +231,7 @@ class WebhookBatcher:
         outcomes: dict[int, Accepted | FlowyardError] = {}
         try:
             async with self.db.write() as session:
-                outcomes = await accept_batch(session, batch)
+                outcomes = await accept_batch(session, batch, self.limits)
         except Exception as exc:
             if len(batch) > 1:
                 # One poisoned request must not fail its neighbours: retry them one by one.
@@ -134,9 +256,14 @@ class WebhookBatcher:
 
 
 async def accept_batch(
-    session: AsyncSession, batch: list[WebhookRequest]
+    session: AsyncSession, batch: list[WebhookRequest], limits: WebhookLimits | None = None
 ) -> dict[int, Accepted | FlowyardError]:
-    """Validate and store a batch of webhooks in the caller's transaction."""
+    """Validate and store a batch of webhooks in the caller's transaction.
+
+    Every refusal is the answer of its own request only: the others of the batch
+    are stored all the same.
+    """
+    limits = limits or WebhookLimits()
     flow_ids = sorted({r.flow_id for r in batch})
     flows = {
         f.id: f
@@ -159,6 +286,8 @@ async def accept_batch(
     out: dict[int, Accepted | FlowyardError] = {}
     new: list[queue.NewExecution] = []
     keys_seen: dict[tuple[str, str], tuple[str, str]] = {}
+    clock = now.timestamp()
+    candidates: list[int] = []
     for i, req in enumerate(batch):
         flow = flows.get(req.flow_id)
         if flow is None or flow.status != "active":
@@ -167,9 +296,33 @@ async def accept_batch(
         if flow.cron:
             out[i] = Conflict(f"Flow {req.flow_id} runs on a schedule and takes no webhooks.")
             continue
-        if flow.webhook_secret and not _signature_ok(flow.webhook_secret, req.raw, req.signature):
-            out[i] = Unauthorized("Missing or wrong X-Flowyard-Signature (sha256=<HMAC-SHA256 of the body>).")
-            continue
+        if flow.webhook_secret:
+            problem = signature_problem(
+                flow.webhook_secret, req.raw, req.signature, now=clock, tolerance=limits.signature_tolerance
+            )
+            if problem is not None:
+                out[i] = Unauthorized(f"X-Flowyard-Signature {problem}; expected {SIGNATURE_FORMAT}.")
+                continue
+        candidates.append(i)
+    if limits.rate > 0 and candidates:
+        wanted = Counter(batch[i].flow_id for i in candidates)
+        grants = await take_tokens(session, wanted, rate=limits.rate, burst=limits.burst, now=clock)
+        kept = []
+        for i in candidates:
+            fid = batch[i].flow_id
+            granted, retry_after = grants[fid]
+            if granted > 0:
+                grants[fid] = (granted - 1, retry_after)
+                kept.append(i)
+            else:
+                out[i] = TooManyRequests(
+                    f"Flow {fid} receives at most {limits.rate:g} webhooks per second; retry later.",
+                    retry_after=retry_after,
+                )
+        candidates = kept
+    for i in candidates:
+        req = batch[i]
+        flow = flows[req.flow_id]
         if req.idempotency_key is not None:
             key = (req.flow_id, req.idempotency_key)
             earlier = keys_seen.get(key)
