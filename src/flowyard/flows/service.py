@@ -52,7 +52,7 @@ def not_found(flow_id: str) -> NotFound:
 # set of flow ids, a check of one loaded flow, rows recorded about a flow's runs) all use it.
 
 
-def visible_flow_ids(principal: Principal) -> sa.Select[tuple[str]]:
+def visible_flow_ids(principal: Principal) -> sa.Select[str]:
     """Ids of the flows a non-admin caller sees (do not use for admins: they see all)."""
     conds = [sa.and_(FlowOwner.owner_type == t, FlowOwner.owner_id == i) for t, i in principal.owner_keys()]
     return sa.select(FlowOwner.flow_id).where(sa.or_(*conds))
