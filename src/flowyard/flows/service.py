@@ -48,8 +48,8 @@ def not_found(flow_id: str) -> NotFound:
 
 # The one flow-visibility rule (SPEC §2): admins (``all``) see every flow; anyone else sees a
 # flow iff one of its owners is the caller (``user``) or the caller's tenant (``tenant``).
-# ``Principal.owner_keys`` says which owner entries name the caller; the three forms below (a
-# set of flow ids, a check of one loaded flow, rows recorded about a flow's runs) all use it.
+# ``Principal.owner_keys`` says which owner entries name the caller; the forms below (a set of
+# flow ids, a clause on flows, a check of one loaded flow) all use it, and so do executions.
 
 
 def visible_flow_ids(principal: Principal) -> sa.Select[str]:
@@ -67,24 +67,6 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
 
 def is_visible(principal: Principal, flow: Flow) -> bool:
     return principal.is_admin or principal.owns(flow.owners)
-
-
-def run_visible_clause(
-    principal: Principal, flow_id: Any, tenant: Any, owner_user: Any
-) -> sa.ColumnElement[bool]:
-    """Rows recorded about a flow's runs (executions): visible iff the flow is visible.
-
-    A deleted flow has no owners left; its history stays visible to admins and to the
-    owners recorded on the row when it ran: the flow's tenant (its members) and its user
-    owner. Arguments are the row's columns.
-    """
-    if principal.is_admin:
-        return sa.true()
-    recorded: list[sa.ColumnElement[bool]] = [owner_user == principal.user_id]
-    if principal.tenant_id:
-        recorded.append(tenant == principal.tenant_id)
-    deleted = ~sa.exists().where(Flow.id == flow_id)
-    return sa.or_(flow_id.in_(visible_flow_ids(principal)), sa.and_(deleted, sa.or_(*recorded)))
 
 
 def to_dict(flow: Flow) -> dict[str, Any]:
