@@ -168,22 +168,24 @@ async def list_executions(
         where.append(Execution.status == lq.filters["status"])
     if problems:
         raise InvalidInput(problems)
-    # Each part counted and paged on its own: OR-ed together they defeat the indexes
-    # (PostgreSQL, 300k executions: ~350 ms instead of a few ms for a tenant's first page).
+    # Each part counted on its own: OR-ed together they defeat the indexes (PostgreSQL, 300k
+    # executions: ~350 ms instead of a few ms for a tenant's first page). A page drawn from one
+    # part (the usual case: no deleted flow in sight) is read in index order.
     parts = [sa.and_(part, *where) for part in visible_parts(principal)]
-    total = 0
-    for part in parts:
-        total += await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(part)) or 0
+    counts = [
+        await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(p)) or 0 for p in parts
+    ]
+    total = sum(counts)
     if total == 0 or lq.offset >= total:
         return [], total
-    ids = sa.union_all(*(sa.select(Execution.id.label("id")).where(part) for part in parts)).subquery()
-    page_ids = sa.select(ids.c.id).order_by(ids.c.id.desc()).limit(lq.size).offset(lq.offset)
-    rows = (
-        await session.scalars(
-            sa.select(Execution).where(Execution.id.in_(page_ids)).order_by(Execution.id.desc())
-        )
-    ).all()
-    return rows, total
+    used = [part for part, n in zip(parts, counts, strict=True) if n]
+    if len(used) == 1:
+        query = sa.select(Execution).where(used[0])
+    else:
+        ids = sa.union_all(*(sa.select(Execution.id.label("id")).where(part) for part in used)).subquery()
+        query = sa.select(Execution).where(Execution.id.in_(sa.select(ids.c.id)))
+    page_query = query.order_by(Execution.id.desc()).limit(lq.size).offset(lq.offset)
+    return (await session.scalars(page_query)).all(), total
 
 
 async def list_flow_executions(
