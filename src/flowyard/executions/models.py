@@ -51,7 +51,8 @@ class Execution(Base):
         sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
         sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
         sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
-        sa.Index("ix_executions_tenant_id", "tenant", "id"),
+        # The executions of deleted flows in a caller's scope, from the index alone.
+        sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
         sa.Index("ix_executions_flow_status", "flow_id", "status"),
     )
 

@@ -27,7 +27,7 @@ router = APIRouter()
     response_model=Single[ExecutionQueued],
     responses=errors(400, 401, 403, 404, 409, 413, 415),
     openapi_extra={"requestBody": {"required": False, "content": {"application/json": {"schema": {}}}}},
-    summary="Run an active flow once by hand with the posted JSON",
+    summary="Run an active flow once by hand with the posted JSON (tenant.flows.update)",
 )
 async def run_flow(
     id: Annotated[str, Path(description="Flow id.")], request: Request, db: DB, caller: Caller
@@ -42,12 +42,40 @@ async def run_flow(
     return single({"executionId": eid, "flowId": id, "status": "queued"}, 202)
 
 
+ExecutionStatus = Annotated[
+    str | None,
+    Query(alias="filter[status]", description="queued, running, succeeded, failed or cancelled"),
+]
+
+
+@router.get(
+    "/flows/{id}/executions",
+    tags=["executions"],
+    response_model=Page[ExecutionOut],
+    responses=errors(400, 401, 403, 404),
+    summary="List a flow's executions, newest first (tenant.flows.read)",
+)
+async def list_flow_executions(
+    id: Annotated[str, Path(description="Flow id.")],
+    request: Request,
+    db: DB,
+    caller: Caller,
+    _size: PageSize = None,
+    _number: PageNumber = None,
+    _status: ExecutionStatus = None,
+) -> JSONOut:
+    lq = parse_list_query(request, filters=service.FLOW_EXECUTION_FILTERS)
+    async with db.read() as session:
+        rows, total = await service.list_flow_executions(session, caller, id, lq)
+    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
+
+
 @router.get(
     "/executions",
     tags=["executions"],
     response_model=Page[ExecutionOut],
-    responses=errors(400, 401),
-    summary="List executions, newest first",
+    responses=errors(400, 401, 403),
+    summary="List executions of the flows the caller sees, newest first (tenant.flows.read)",
 )
 async def list_executions(
     request: Request,
@@ -58,10 +86,7 @@ async def list_executions(
     _flow: Annotated[
         str | None, Query(alias="filter[flowId]", description="Only this flow's executions.")
     ] = None,
-    _status: Annotated[
-        str | None,
-        Query(alias="filter[status]", description="queued, running, succeeded, failed or cancelled"),
-    ] = None,
+    _status: ExecutionStatus = None,
 ) -> JSONOut:
     lq = parse_list_query(request, filters=service.EXECUTION_FILTERS)
     async with db.read() as session:
@@ -73,8 +98,8 @@ async def list_executions(
     "/executions/{id}",
     tags=["executions"],
     response_model=Single[ExecutionDetail],
-    responses=errors(400, 401, 404),
-    summary="Read an execution with its step results",
+    responses=errors(400, 401, 403, 404),
+    summary="Read an execution with its step results (tenant.flows.read)",
 )
 async def get_execution(
     id: Annotated[str, Path(description="Execution id.")], db: DB, caller: Caller

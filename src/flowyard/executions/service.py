@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
@@ -28,11 +29,44 @@ from flowyard.iam.principal import Principal
 from flowyard.ids import is_valid_id, new_id
 
 EXECUTION_FILTERS = frozenset({"flowId", "status"})
+FLOW_EXECUTION_FILTERS = frozenset({"status"})
 GROUPINGS = ("user", "flow", "component")
 
 
-def scope_clause(principal: Principal, tenant_col: Any, user_col: Any) -> sa.ColumnElement[bool]:
-    """Own tenant's data, or without a tenant the caller's own flows'; admins see all."""
+# Who sees what (SPEC §2), decided here and nowhere else:
+# - executions (list, get): ``tenant.flows.read`` and ``visible_clause``, i.e. the flow
+#   visibility rule of flows/service.py; running by hand: ``tenant.flows.update`` and a
+#   visible flow (``run_manually``);
+# - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause``.
+
+
+def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
+    """The executions the caller may see, as disjoint parts that each use an index:
+
+    - executions of existing flows the caller sees (the flow rule of flows/service.py);
+    - executions of deleted flows (their history stays) in the caller's counts-and-logs scope
+      (``tenant_data_clause``): the tenant recorded on the execution, or without a tenant
+      its recorded user owner.
+
+    Admins see every execution.
+    """
+    if principal.is_admin:
+        return [sa.true()]
+    flow_gone = ~sa.exists().where(Flow.id == Execution.flow_id)
+    return [
+        Execution.flow_id.in_(flows.visible_flow_ids(principal)),
+        sa.and_(tenant_data_clause(principal, Execution.tenant, Execution.owner_user), flow_gone),
+    ]
+
+
+def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
+    return sa.or_(*visible_parts(principal))
+
+
+def tenant_data_clause(principal: Principal, tenant_col: Any, user_col: Any) -> sa.ColumnElement[bool]:
+    """Counts and logs: the caller's own tenant's data, or without a tenant the data of the
+    flows whose user owner it was; admins see all. ``user_col`` is the flow's user owner
+    recorded on the row."""
     if principal.is_admin:
         return sa.true()
     if principal.tenant_id:
@@ -106,7 +140,8 @@ def step_dict(s: ExecutionStep) -> dict[str, Any]:
 async def list_executions(
     session: AsyncSession, principal: Principal, lq: ListQuery
 ) -> tuple[Sequence[Execution], int]:
-    where = [scope_clause(principal, Execution.tenant, Execution.owner_user)]
+    principal.require(perms.FLOWS_READ)
+    where: list[sa.ColumnElement[bool]] = []
     problems = []
     if "flowId" in lq.filters:
         if not is_valid_id(lq.filters["flowId"]):
@@ -122,26 +157,46 @@ async def list_executions(
         where.append(Execution.status == lq.filters["status"])
     if problems:
         raise InvalidInput(problems)
-    total = await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(*where)) or 0
-    rows = (
-        await session.scalars(
-            sa.select(Execution).where(*where).order_by(Execution.id.desc()).limit(lq.size).offset(lq.offset)
-        )
-    ).all()
-    return rows, total
+    # Each part counted on its own: OR-ed together they defeat the indexes (PostgreSQL, 300k
+    # executions: ~350 ms instead of a few ms for a tenant's first page). A page drawn from one
+    # part (the usual case: no deleted flow in sight) is read in index order.
+    parts = [sa.and_(part, *where) for part in visible_parts(principal)]
+    counts = [
+        await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(p)) or 0 for p in parts
+    ]
+    total = sum(counts)
+    if total == 0 or lq.offset >= total:
+        return [], total
+    used = [part for part, n in zip(parts, counts, strict=True) if n]
+    if len(used) == 1:
+        query = sa.select(Execution).where(used[0])
+    else:
+        ids = sa.union_all(*(sa.select(Execution.id.label("id")).where(part) for part in used)).subquery()
+        query = sa.select(Execution).where(Execution.id.in_(sa.select(ids.c.id)))
+    page_query = query.order_by(Execution.id.desc()).limit(lq.size).offset(lq.offset)
+    return (await session.scalars(page_query)).all(), total
+
+
+async def list_flow_executions(
+    session: AsyncSession, principal: Principal, flow_id: str, lq: ListQuery
+) -> tuple[Sequence[Execution], int]:
+    """One existing flow's executions: 404 unless the flow exists and is visible (a deleted
+    flow's history is read with ``GET /executions?filter[flowId]=``)."""
+    principal.require(perms.FLOWS_READ)
+    await flows.get_flow(session, principal, flow_id)
+    return await list_executions(session, principal, replace(lq, filters={**lq.filters, "flowId": flow_id}))
 
 
 async def get_execution(
     session: AsyncSession, principal: Principal, execution_id: str
 ) -> tuple[Execution, Sequence[ExecutionStep]]:
+    principal.require(perms.FLOWS_READ)
     if not is_valid_id(execution_id):
         raise InvalidInput(
             f"Invalid execution id {execution_id[:64]!r}: expected 24 hex characters.", field="id"
         )
     e = await session.scalar(
-        sa.select(Execution).where(
-            Execution.id == execution_id, scope_clause(principal, Execution.tenant, Execution.owner_user)
-        )
+        sa.select(Execution).where(Execution.id == execution_id, visible_clause(principal))
     )
     if e is None:
         raise NotFound(f"Execution {execution_id} not found.")
@@ -161,7 +216,7 @@ async def counts(
     """Execution counts from the per-day counters (cheap whatever the history's size)."""
     if groupby == "component":
         t: Any = ComponentDayCount
-        scope = scope_clause(principal, t.tenant, t.user_id)
+        scope = tenant_data_clause(principal, t.tenant, t.user_id)
         rows = (
             await session.execute(
                 sa.select(t.component_id, t.flow_id, sa.func.sum(t.steps))
@@ -177,7 +232,7 @@ async def counts(
         total = await _total(session, principal, start, end)
         return _sorted(agg.values()), total
     f: Any = FlowDayCount
-    scope = scope_clause(principal, f.tenant, f.user_id)
+    scope = tenant_data_clause(principal, f.tenant, f.user_id)
     rows = (
         await session.execute(
             sa.select(
@@ -239,7 +294,7 @@ async def _total(session: AsyncSession, principal: Principal, start: date, end: 
     return int(
         await session.scalar(
             sa.select(sa.func.coalesce(sa.func.sum(f.executions), 0)).where(
-                f.day >= start, f.day <= end, scope_clause(principal, f.tenant, f.user_id)
+                f.day >= start, f.day <= end, tenant_data_clause(principal, f.tenant, f.user_id)
             )
         )
         or 0

@@ -46,12 +46,23 @@ def not_found(flow_id: str) -> NotFound:
     return NotFound(f"Flow {flow_id} not found.")
 
 
+# The one flow-visibility rule (SPEC §2): admins (``all``) see every flow; anyone else sees a
+# flow iff one of its owners is the caller (``user``) or the caller's tenant (``tenant``).
+# ``Principal.owner_keys`` says which owner entries name the caller; the forms below (a set of
+# flow ids, a clause on flows, a check of one loaded flow) all use it, and so do executions.
+
+
+def visible_flow_ids(principal: Principal) -> sa.Select[str]:
+    """Ids of the flows a non-admin caller sees (do not use for admins: they see all)."""
+    conds = [sa.and_(FlowOwner.owner_type == t, FlowOwner.owner_id == i) for t, i in principal.owner_keys()]
+    return sa.select(FlowOwner.flow_id).where(sa.or_(*conds))
+
+
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
     """Flows whose owners include the caller or its tenant; everything for admins."""
     if principal.is_admin:
         return sa.true()
-    conds = [sa.and_(FlowOwner.owner_type == t, FlowOwner.owner_id == i) for t, i in principal.owner_keys()]
-    return Flow.id.in_(sa.select(FlowOwner.flow_id).where(sa.or_(*conds)))
+    return Flow.id.in_(visible_flow_ids(principal))
 
 
 def is_visible(principal: Principal, flow: Flow) -> bool:

@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat
 from flowyard.errors import Forbidden, InvalidInput, Problem
+from flowyard.executions import service as executions
+from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.logs.models import LogEntry
 
@@ -57,6 +59,27 @@ def to_dict(e: LogEntry) -> dict[str, Any]:
     }
 
 
+async def named_scope(session: AsyncSession, principal: Principal, named: str) -> sa.ColumnElement[bool]:
+    """The log rows ``filter[tenant]=<named>`` selects for this caller (403 if it may not name it).
+
+    ``named`` is a tenant id, or a user id standing for the flows without a tenant whose user
+    owner that user is (a caller without a tenant, such as the first administrator on the
+    embedded default, names itself). A non-admin names its own tenant, or itself when it has
+    none, and then reads exactly what the counts show it (``tenant_data_clause``); an
+    administrator may name any tenant or user.
+    """
+    if principal.is_admin:
+        if await session.scalar(sa.select(User.id).where(User.id == named)) is not None:
+            return sa.and_(LogEntry.tenant.is_(None), LogEntry.user_id == named)
+        clause: sa.ColumnElement[bool] = LogEntry.tenant == named
+        return clause
+    if named == (principal.tenant_id or principal.user_id):
+        return executions.tenant_data_clause(principal, LogEntry.tenant, LogEntry.user_id)
+    if principal.tenant_id:
+        raise Forbidden("You can only read your own tenant's logs.")
+    raise Forbidden("Without a tenant you can only read the logs of your own flows: name your user id.")
+
+
 async def query_logs(
     session: AsyncSession,
     principal: Principal,
@@ -69,14 +92,7 @@ async def query_logs(
     tenant = lq.filters.get("tenant")
     if not tenant:
         raise InvalidInput("filter[tenant] is required.", field="filter[tenant]")
-    where: list[sa.ColumnElement[bool]] = []
-    if principal.is_admin or (principal.tenant_id and tenant == principal.tenant_id):
-        where.append(LogEntry.tenant == tenant)
-    elif not principal.tenant_id and tenant == principal.user_id:
-        # A caller without a tenant names itself and reads its own flows' logs.
-        where += [LogEntry.tenant.is_(None), LogEntry.user_id == principal.user_id]
-    else:
-        raise Forbidden("You can only read your own tenant's logs.")
+    where = [await named_scope(session, principal, tenant)]
     f = lq.filters
     if "flowId" in f:
         where.append(LogEntry.flow_id == f["flowId"])
