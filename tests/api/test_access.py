@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from argon2 import PasswordHasher
 
 from flowyard.db.session import Database
-from flowyard.iam import service as iam
+from flowyard.iam import passwords
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 UNRELATED = "iam.token.delete"
@@ -20,7 +20,7 @@ UNRELATED = "iam.token.delete"
 
 @pytest.fixture(autouse=True)
 def cheap_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(iam, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    monkeypatch.setattr(passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
 
 
 async def set_flow(db: Database, flow_id: str, **values: str) -> None:

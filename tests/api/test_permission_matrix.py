@@ -19,9 +19,7 @@ Objects a row acts on are made by the administrator in tenant A just before the 
 write that succeeds for one caller cannot change what another caller's case sees.
 
 ``DENIED`` (403 or 404) is expected where a caller both lacks the permission and cannot see
-the object: SPEC §1 makes either answer right. Cases marked ``IAM`` are what SPEC §2 and issue
-7 require but the IAM code on this branch does not do yet (another branch fixes it): they are
-strict xfails, to be unmarked after the merge.
+the object: SPEC §1 makes either answer right.
 """
 
 from __future__ import annotations
@@ -40,19 +38,18 @@ from fastapi.routing import iter_route_contexts
 
 from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
-from flowyard.iam import service as iam
+from flowyard.iam import passwords
 from tests.conftest import Account, Factory, flow_body
 
 WHO = ("admin", "with", "without", "other", "tenantless", "narrowed", "admin_narrowed", "anonymous")
 UNRELATED = "iam.key.read"
 DENIED = frozenset({403, 404})
-IAM_REASON = "fixed on iam branch"
 Expected = int | frozenset[int]
 
 
 @pytest.fixture(autouse=True)
 def cheap_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(iam, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    monkeypatch.setattr(passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
 
 
 # -- the callers' world ----------------------------------------------------------------------
@@ -180,7 +177,6 @@ class Row:
     needs: tuple[str, ...]  # held by the with, other, tenantless and narrowed callers
     expect: dict[str, Expected]
     build: Build
-    iam: frozenset[str] = frozenset()  # callers for which the IAM branch brings the right answer
 
 
 def _expect(
@@ -402,7 +398,6 @@ ROWS: list[Row] = [
         ("iam.account.create",),
         _expect(201, 201, 403, 201, 403, 403, 403),
         _user_in_own_tenant,
-        iam=frozenset({"tenantless"}),
     ),
     Row(
         "POST",
@@ -411,7 +406,6 @@ ROWS: list[Row] = [
         ("iam.account.create",),
         _expect(201, 403, 403, 403, 403, 403, 403),
         _user_with_wide_role,
-        iam=frozenset({"with"}),
     ),
     Row(
         "PATCH",
@@ -426,9 +420,9 @@ ROWS: list[Row] = [
         "/api/users/{id}",
         "the administrator's name",
         ("iam.account.read", "iam.account.update"),
-        _expect(200, 404, DENIED, 404, 404, DENIED, 200),
+        # iam.account.read sees every user, so refusing to act on the administrator is a 403
+        _expect(200, 403, DENIED, 403, 403, DENIED, 200),
         on(_admin_user, "/api/users/{id}", {"lastname": "changed"}),
-        iam=frozenset({"tenantless"}),
     ),
     Row(
         "PATCH",
@@ -437,7 +431,6 @@ ROWS: list[Row] = [
         ("iam.account.update",),
         _expect(200, 403, 403, 403, 403, 403, 403),
         _own_wide_role,
-        iam=frozenset({"with", "other", "tenantless"}),
     ),
     Row(
         "DELETE",
@@ -629,16 +622,11 @@ ROWS: list[Row] = [
 
 
 def _cases() -> list[Any]:
-    """One case per row for the callers answered right today, and one strict xfail per caller
-    for which the IAM branch brings the right answer."""
+    """One case per row, every caller in turn."""
     cases = []
     for row in ROWS:
         assert set(row.expect) == set(WHO), row
-        name = f"{row.method} {row.path} [{row.scenario}]"
-        cases.append(pytest.param(row, tuple(w for w in WHO if w not in row.iam), id=name))
-        for who in sorted(row.iam):
-            xfail = pytest.mark.xfail(strict=True, reason=IAM_REASON)
-            cases.append(pytest.param(row, (who,), id=f"{name} {who}", marks=[xfail]))
+        cases.append(pytest.param(row, WHO, id=f"{row.method} {row.path} [{row.scenario}]"))
     return cases
 
 
