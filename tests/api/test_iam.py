@@ -481,6 +481,19 @@ async def test_roles(client: httpx.AsyncClient, admin: Account, factory: Factory
 
     r = await client.patch(f"/roles/{ops['id']}", json={"name": "operators"}, headers=lead.headers)
     assert (r.status_code, r.json()["data"]["name"]) == (200, "operators")
+    r = await client.post("/roles", json={"name": "readers", "permissions": []}, headers=lead.headers)
+    assert r.status_code == 201, r.text
+    readers = r.json()["data"]
+    r = await client.patch(f"/roles/{readers['id']}", json={"name": "operators"}, headers=lead.headers)
+    assert (r.status_code, r.json()["errors"][0]["message"]) == (
+        409,
+        "A role named operators already exists there.",
+    ), r.text
+    assert (await client.get(f"/roles/{readers['id']}", headers=lead.headers)).json()["data"][
+        "name"
+    ] == "readers"
+    r = await client.patch(f"/roles/{ops['id']}", json={"name": "operators"}, headers=lead.headers)
+    assert r.status_code == 200, "keeping its own name is no clash"
     assert (
         await client.patch(f"/roles/{glob['id']}", json={"name": "g"}, headers=lead.headers)
     ).status_code == 403

@@ -87,13 +87,7 @@ async def create_role(
     name = _check_name(name)
     if scope is not None and (not is_valid_id(scope) or await session.get(Tenant, scope) is None):
         raise InvalidInput(f"Tenant {scope} does not exist.", field="scope")
-    exists = await session.scalar(
-        sa.select(Role.id).where(
-            Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope
-        )
-    )
-    if exists:
-        raise Conflict(f"A role named {name} already exists there.")
+    await _require_unique_name(session, name, scope)
     now = utcnow()
     role = Role(
         name=name,
@@ -107,6 +101,19 @@ async def create_role(
     session.add(role)
     await session.flush()
     return role
+
+
+async def _require_unique_name(
+    session: AsyncSession, name: str, scope: str | None, *, other_than: str | None = None
+) -> None:
+    """Role names are unique per tenant (and among global roles): 409 before the constraint would."""
+    q = sa.select(Role.id).where(
+        Role.name == name, Role.scope.is_(None) if scope is None else Role.scope == scope
+    )
+    if other_than is not None:
+        q = q.where(Role.id != other_than)
+    if await session.scalar(q):
+        raise Conflict(f"A role named {name} already exists there.")
 
 
 def _visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
@@ -148,7 +155,9 @@ async def update_role(
         policy.require_grantable(principal, set(new_perms) - set(role.permissions or []))
         role.permissions = new_perms
     if "name" in changes:
-        role.name = _check_name(str(changes["name"] or ""))
+        name = _check_name(str(changes["name"] or ""))
+        await _require_unique_name(session, name, role.scope, other_than=role.id)
+        role.name = name
     if "description" in changes:
         role.description = changes["description"]  # type: ignore[assignment]
     role.updated_at = utcnow()
