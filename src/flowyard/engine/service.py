@@ -11,8 +11,6 @@ import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-import httpx
-
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -40,8 +38,7 @@ class EngineServices:
         self.registry = registry
         self.box = box
         self.hub = hub or CompletionHub()
-        self.http = httpx.AsyncClient(timeout=settings.step_timeout, follow_redirects=False)
-        self.worker = Worker(db, settings, registry, box=box, hub=self.hub, http=self.http)
+        self.worker = Worker(db, settings, registry, box=box, hub=self.hub)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -63,7 +60,6 @@ class EngineServices:
             self.worker.stop()
             with contextlib.suppress(Exception):
                 await self._worker_task
-        await self.http.aclose()
 
     def nudge_lifecycle(self) -> None:
         self._lifecycle_wake.set()
