@@ -159,7 +159,7 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str) -> None:
     for p in c.procs.values():
         p.wait(timeout=GRACE + 10)
     assert time.monotonic() - started < GRACE + 2, "stopped within the grace period"
-    gone, alive = psutil.wait_procs(runners, timeout=2)
+    _gone, alive = psutil.wait_procs(runners, timeout=2)
     assert not alive, "runner processes end with their engine"
     assert "Traceback" not in c.log(engine), c.log(engine)
 

@@ -172,6 +172,7 @@ class RunnerPool:
         self._spawns: set[asyncio.Task[None]] = set()
         self.replaced = 0
         self.limit_kills = 0
+        self.reruns = 0
 
     async def start(self) -> None:
         """Start the runners in the background; work handed in meanwhile waits for the first."""
@@ -210,6 +211,7 @@ class RunnerPool:
             ],
             "replaced": self.replaced,
             "limitKills": self.limit_kills,
+            "reruns": self.reruns,
         }
 
     async def run(self, spec: FlowSpec, claimed: Claimed) -> Outcome:
@@ -399,6 +401,7 @@ class RunnerPool:
                     )
                 )
             else:
+                self.reruns += 1
                 self._dispatch(job)
         self.replaced += 1
         # Back off when runners die young (a broken install), not when a flow was killed.

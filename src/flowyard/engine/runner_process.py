@@ -192,9 +192,9 @@ class RunnerProcess:
             self.flows.pop(message[1], None)
             self.indexes.pop(message[1], None)
         elif kind == "cancel":
-            task = self.tasks.get(message[1])
-            if task is not None:
-                task.cancel()
+            running = self.tasks.get(message[1])
+            if running is not None:
+                running.cancel()
 
     async def _run(self, job: _Job) -> None:
         from flowyard.engine.runner import CompiledFlow, error_outcome, run_execution
