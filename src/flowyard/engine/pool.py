@@ -32,6 +32,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import SecretStr
+
 from flowyard.config import Settings
 from flowyard.engine.ipc import (
     SLOT,
@@ -170,6 +172,7 @@ class RunnerPool:
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
         self._spawns: set[asyncio.Task[None]] = set()
+        self._ready = asyncio.Event()
         self.replaced = 0
         self.limit_kills = 0
         self.reruns = 0
@@ -179,6 +182,15 @@ class RunnerPool:
         for i in range(self.size):
             self._spawn(i, delay=0.0)
         self._watch = asyncio.create_task(self._watchdog(), name="flowyard-runner-watchdog")
+
+    async def wait_ready(self) -> bool:
+        """Wait until a runner can take work (start-up); False if none did in time."""
+        try:
+            async with asyncio.timeout(_START_TIMEOUT):
+                await self._ready.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> None:
         self._closing = True
@@ -308,6 +320,7 @@ class RunnerPool:
                 )
                 return
             r.ready = True
+            self._ready.set()
             log.debug("runner %d started (pid %d)", index, r.pid)
             waiting, self._waiting = self._waiting, deque()
             for job in waiting:
@@ -327,6 +340,7 @@ class RunnerPool:
                 log.error("runner %d broke the protocol (%s); replacing it", r.index, exc)
                 return
             for message in messages:
+                job = None
                 try:
                     if message[0] != "done":
                         raise ProtocolError(f"unknown message {message[0]!r}")
@@ -337,6 +351,11 @@ class RunnerPool:
                     outcome = outcome_from_wire(wire, job.claimed, job.spec.flow_id, job.spec.node_ids)
                 except (ProtocolError, ValueError, TypeError, IndexError) as exc:
                     log.error("runner %d sent a malformed message (%s); replacing it", r.index, exc)
+                    if job is not None and not job.future.done():
+                        why = "its runner process reported a malformed outcome"
+                        job.future.set_result(
+                            error_outcome(job.claimed, status="failed", error=why, log_message=why)
+                        )
                     return
                 if not job.future.done():
                     job.future.set_result(outcome)
@@ -475,7 +494,9 @@ class RunnerPool:
 
 def frame_config(settings: Settings) -> bytes:
     """The runner's first frame: its settings (no secrets, no database) and niceness."""
-    private = {"secret_key", "admin_password", "admin_username", "database_url"}
+    private = {"admin_username", "database_url"} | {
+        name for name in type(settings).model_fields if isinstance(getattr(settings, name), SecretStr)
+    }
     body = settings.model_dump(mode="json", exclude=private)
     return frame({"settings": body, "nice": settings.runner_nice})
 

@@ -39,14 +39,14 @@ from flowyard.engine.ipc import (
     outcome_to_wire,
     read_frame,
 )
+from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome, run_execution
 
 if TYPE_CHECKING:
     import httpx
 
     from flowyard.config import Settings
     from flowyard.engine.components import Registry
-    from flowyard.engine.queue import Claimed
-    from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
+    from flowyard.engine.records import Claimed
 
 _PR_SET_PDEATHSIG = 1
 
@@ -161,8 +161,6 @@ class RunnerProcess:
             self._transport.write(frame(batch))
 
     def handle(self, message: list[Any]) -> None:
-        from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
-
         kind = message[0]
         if kind == "run":
             _, seq, key, wire = message
@@ -197,8 +195,6 @@ class RunnerProcess:
                 running.cancel()
 
     async def _run(self, job: _Job) -> None:
-        from flowyard.engine.runner import CompiledFlow, error_outcome, run_execution
-
         try:
             flow = self.flows.get(job.key)
             if isinstance(flow, CompiledFlow):
@@ -227,6 +223,10 @@ class RunnerProcess:
             self.send(["done", job.seq, outcome_to_wire(outcome)])
         except MemoryError:
             _die(self.slot, job, VERDICT_MEMORY)
+        except Exception as exc:  # a bug, not a flow's failure: still answer for the execution
+            why = f"the runner could not run it: {type(exc).__name__}: {exc}"
+            failed = error_outcome(job.claimed, status="failed", error=why, log_message=why)
+            self.send(["done", job.seq, outcome_to_wire(failed)])
         finally:
             self.tasks.pop(job.seq, None)
 
@@ -279,7 +279,6 @@ def main() -> None:
     import uvloop
 
     from flowyard.config import Settings
-    from flowyard.engine import runner  # noqa: F401 - import everything flow code needs before capping
     from flowyard.engine.components import Registry
 
     settings = Settings(**config["settings"])

@@ -46,6 +46,9 @@ class EngineServices:
 
     async def start(self) -> None:
         self._worker_task = asyncio.create_task(self.worker.run(), name="flowyard-worker")
+        # Activate flows and fire cron ticks only once this engine can run them: an engine
+        # whose runners are still starting would otherwise hold work it cannot start.
+        await self.worker.pool.wait_ready()
         self._tasks = [
             asyncio.create_task(self._every("lifecycle", self._lifecycle_pass, 1.0, self._lifecycle_wake)),
             asyncio.create_task(self._scheduler_loop(), name="flowyard-scheduler"),

@@ -75,6 +75,8 @@ class Worker:
     async def run(self) -> None:
         """Run until ``stop()``; then finish what runs within the grace period."""
         await self.pool.start()
+        if not await self.pool.wait_ready():
+            log.error("no runner process started yet; executions wait for one")
         side = [
             asyncio.create_task(self._flusher(), name="flowyard-flusher"),
             asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),
