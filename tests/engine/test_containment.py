@@ -10,9 +10,12 @@ and a separate ``flowyard worker``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import signal
 import statistics
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,28 +57,46 @@ def _jsonata_flow(name: str, expression: str) -> dict[str, Any]:
     )
 
 
-class HealthSampler(threading.Thread):
-    """GET /health every 20 ms; a failed or timed-out probe counts as 1 s."""
+# Sampled from a process of its own, so the test's own work (queries, webhooks) cannot
+# delay a probe behind this process's GIL and be mistaken for the service's latency.
+_SAMPLER = """
+import sys, threading, time, json, httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+latencies = []
+with httpx.Client(base_url=sys.argv[1], timeout=1.0) as client:
+    while not stop.is_set():
+        started = time.perf_counter()
+        try:
+            ok = client.get("/health").status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        latencies.append(time.perf_counter() - started if ok else 1.0)
+        stop.wait(0.02)
+print(json.dumps(latencies))
+"""
+
+
+class HealthSampler:
+    """GET /health every 20 ms until stopped; a failed or timed-out probe counts as 1 s."""
 
     def __init__(self, base: str) -> None:
-        super().__init__(daemon=True)
-        self.base = base
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SAMPLER, base], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         self.latencies: list[float] = []
-        self.stopping = threading.Event()
 
-    def run(self) -> None:
-        with httpx.Client(base_url=self.base, timeout=1.0) as client:
-            while not self.stopping.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = client.get("/health").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - started if ok else 1.0)
-                self.stopping.wait(0.02)
+    def stop(self) -> None:
+        out, _ = self.proc.communicate(b"", timeout=10)
+        self.latencies = json.loads(out)
 
     def p99(self) -> float:
         return statistics.quantiles(self.latencies, n=100)[98]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:  # the test failed before stop()
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _finished(url: str, ids: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -90,10 +111,11 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str) -> None:
     good = _active_flow(c, headers, _jsonata_flow("good", "{'n': n * 2}"))
     runaway = _active_flow(c, headers, _jsonata_flow("runaway", RUNAWAY))
     bomb = _active_flow(c, headers, _jsonata_flow("bomb", BOMB))
-    sampler = HealthSampler(c.base)
-    sampler.start()
     accepted: list[str] = []
-    with httpx.Client(base_url=c.base) as anonymous:  # webhooks need no token
+    with (
+        contextlib.closing(HealthSampler(c.base)) as sampler,
+        httpx.Client(base_url=c.base) as anonymous,  # webhooks need no token
+    ):
 
         def hook(fid: str, body: dict[str, Any]) -> str:
             r = anonymous.post(f"/webhooks/{fid}", json=body)
@@ -110,9 +132,8 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str) -> None:
             done = _finished(db_url, [*accepted, *poison.values()])
             if len(done) == len(accepted) + 2:
                 break
-            time.sleep(0.2)
-        sampler.stopping.set()
-        sampler.join()
+            time.sleep(0.5)
+        sampler.stop()
         assert len(done) == len(accepted) + 2, (
             f"unfinished: {len(accepted) + 2 - len(done)}\n{c.log(engine)[-3000:]}"
         )

@@ -244,7 +244,8 @@ class RunnerPool:
     # -- dispatch ----------------------------------------------------------------------
 
     def _dispatch(self, job: _Job) -> None:
-        ready = [r for r in self._runners if r.ready and not r.dead]
+        # Not to a runner already condemned: its executions would count a death they never saw.
+        ready = [r for r in self._runners if r.ready and not r.dead and r.kill_reason is None]
         if not ready:
             job.runner = None
             self._waiting.append(job)
@@ -289,18 +290,12 @@ class RunnerPool:
         try:
             os.ftruncate(fd, SLOT.size)
             r = _Runner(index, mmap.mmap(fd, SLOT.size))
-            r.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "flowyard.engine.runner_process",
-                str(fd),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=(fd,),
-                env={k: v for k in _CHILD_ENV if (v := os.environ.get(k)) is not None}
-                | {"MALLOC_ARENA_MAX": "2"},
-            )
+            r.proc = await _start_process(fd)
+        except OSError as exc:  # fork or exec failed (out of processes, memory): try again later
+            log.error("cannot start runner %d: %s", index, exc)
+            if not self._closing:
+                self._spawn(index, delay=2.0)
+            return
         finally:
             os.close(fd)
         self._runners = [x for x in self._runners if not x.dead and x.index != index] + [r]
@@ -386,6 +381,7 @@ class RunnerPool:
         if self._closing:
             return
         seq, _deadline, node, verdict = r.slot.read()
+        r.buf.close()
         reason = r.kill_reason
         if reason is None and verdict in VERDICTS:
             reason = (seq, node, VERDICTS[verdict])
@@ -490,6 +486,22 @@ class RunnerPool:
                 culprit = seq if seq in r.jobs else job.seq
                 self._kill(r, culprit, node if seq else 0, "wall")
                 return
+
+
+async def _start_process(slot_fd: int) -> asyncio.subprocess.Process:
+    """fork+exec a fresh interpreter: nothing of this process (database connections, event
+    loop, secrets in the environment) reaches the runner but the slot and three pipes."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "flowyard.engine.runner_process",
+        str(slot_fd),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        pass_fds=(slot_fd,),
+        env={k: v for k in _CHILD_ENV if (v := os.environ.get(k)) is not None} | {"MALLOC_ARENA_MAX": "2"},
+    )
 
 
 def frame_config(settings: Settings) -> bytes:
