@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -85,25 +86,19 @@ class Slot:
 # -- executions across the pipe ------------------------------------------------------
 
 
+_CLAIMED_FIELDS = tuple(f.name for f in fields(Claimed))
+_CLAIMED_TIMES = ("created_at", "scheduled_for")
+
+
 def claimed_to_wire(c: Claimed) -> list[Any]:
-    return [
-        c.id,
-        c.flow_id,
-        c.flow_version,
-        c.tenant,
-        c.owner_user,
-        c.trigger,
-        c.input,
-        c.attempts,
-        c.created_at,
-        c.scheduled_for,
-    ]
+    return [getattr(c, name) for name in _CLAIMED_FIELDS]
 
 
 def claimed_from_wire(w: list[Any]) -> Claimed:
     c = Claimed(*w)
-    c.created_at = datetime.fromisoformat(w[8])
-    c.scheduled_for = datetime.fromisoformat(w[9]) if w[9] else None
+    for name in _CLAIMED_TIMES:
+        value = getattr(c, name)
+        setattr(c, name, datetime.fromisoformat(value) if value else None)
     return c
 
 
