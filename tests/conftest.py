@@ -232,6 +232,7 @@ def engine_settings(tmp_path: Path, db_url: str) -> Settings:
         stop_grace_seconds=2,
         step_timeout=5,
         webhook_group_commit_ms=1,
+        runners=1,  # one runner process per engine: starting them is most of an engine's start-up
     )
 
 

@@ -7,6 +7,7 @@ Nothing reads the environment at import time: the CLI and the app factory build 
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -99,6 +100,33 @@ class Settings(BaseSettings):
     retention_days: float = Field(14.0, gt=0, description="Age after which executions and logs are pruned.")
     prune_interval: float = Field(300.0, gt=0, description="Seconds between pruning passes.")
     prune_batch: int = Field(2000, ge=1, description="Rows deleted per pruning transaction.")
+    runners: int | None = Field(
+        None,
+        ge=1,
+        description="Runner processes per engine process; flow code runs only in them. "
+        "Default: one per CPU core.",
+    )
+    runner_concurrency: int = Field(
+        32, ge=1, description="Executions one runner process runs at once (they overlap while awaiting)."
+    )
+    execution_cpu_seconds: float = Field(
+        10.0, gt=0, description="CPU time one execution may use; past it its runner is killed."
+    )
+    execution_wall_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="Wall time one execution may take; past it the execution fails "
+        "(and a runner that does not answer is killed).",
+    )
+    runner_memory_mb: int = Field(
+        256,
+        ge=64,
+        description="Resident memory of one runner process (MiB); past it the runner is killed "
+        "and the execution running at that moment fails.",
+    )
+    runner_nice: int = Field(
+        5, ge=0, le=19, description="Scheduling niceness of runner processes, so the API stays responsive."
+    )
     http_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="CIDRs flow code may reach although the network policy denies them by default "
@@ -147,6 +175,9 @@ class Settings(BaseSettings):
 
     def webhook_burst(self) -> int:
         return self.webhook_rate_burst or max(1, int(self.webhook_rate_limit))
+
+    def runner_count(self) -> int:
+        return self.runners or os.cpu_count() or 1
 
     def resolved_database_url(self) -> str:
         if self.database_url:

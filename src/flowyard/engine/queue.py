@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, increment, insert_ignore
+from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.executions.models import ComponentDayCount, Execution, ExecutionStep, FlowDayCount
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
@@ -127,20 +128,6 @@ async def enqueue(
             .execution_options(synchronize_session=False)
         )
     return [e.id for e in inserted]
-
-
-@dataclass
-class Claimed:
-    id: str
-    flow_id: str
-    flow_version: int
-    tenant: str | None
-    owner_user: str | None
-    trigger: str
-    input: Any
-    attempts: int
-    created_at: datetime
-    scheduled_for: datetime | None
 
 
 # Groups with queued work and the oldest queued id of each: a loose index scan over
@@ -273,38 +260,6 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
     )
-
-
-@dataclass
-class StepRecord:
-    node_id: str
-    component_id: str | None
-    function: str | None
-    status: str
-    runs: int
-    messages_in: int
-    messages_out: int
-    duration_ms: float
-    started_at: datetime
-    finished_at: datetime
-    error: str | None
-    output: Any
-    position: int
-
-
-@dataclass
-class Outcome:
-    execution_id: str
-    flow_id: str
-    tenant: str | None
-    owner_user: str | None
-    created_at: datetime
-    status: str  # succeeded | failed | cancelled
-    result: Any
-    error: str | None
-    finished_at: datetime
-    steps: list[StepRecord] = field(default_factory=list)
-    logs: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str) -> set[str]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -29,7 +31,7 @@ from flowyard.engine.expressions import (
     compile_expression,
     compile_mapper,
 )
-from flowyard.engine.queue import Claimed, Outcome, StepRecord
+from flowyard.engine.records import Claimed, Outcome, StepRecord
 
 if TYPE_CHECKING:
     import httpx
@@ -157,6 +159,27 @@ class StepFailed(Exception):
         self.node_id = node_id
         self.message = message
 
+    @property
+    def error(self) -> str:
+        return f"step {self.node_id} failed: {self.message}"
+
+
+class LimitExceeded(StepFailed):
+    """The execution ran out of one of its limits (wall time here; CPU and memory in the pool)."""
+
+    @property
+    def error(self) -> str:
+        return f"step {self.node_id} {self.message}"
+
+
+def limit_message(limit: str, settings: Settings) -> str:
+    """``exceeded the 10 s CPU limit``: the one wording of every limit, wherever it is enforced."""
+    if limit == "cpu":
+        return f"exceeded the {settings.execution_cpu_seconds:g} s CPU limit"
+    if limit == "memory":
+        return f"exceeded the {settings.runner_memory_mb} MiB memory limit"
+    return f"exceeded the {settings.execution_wall_seconds:g} s wall-time limit"
+
 
 def _as_messages(value: Any, metadata: dict[str, Any]) -> list[Message]:
     if value is None:
@@ -187,8 +210,16 @@ async def run_execution(
     settings: Settings,
     http: httpx.AsyncClient,
     credentials: dict[str, dict[str, Any]] | None = None,
+    deadline: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> Outcome:
-    """Run one execution to its end; never raises for a failing step."""
+    """Run one execution to its end; never raises for a failing step.
+
+    ``deadline`` (``time.monotonic()``) is the wall-time limit: no step starts
+    after it and an awaiting step is cut off at it. ``on_step`` is told each node
+    as it starts (the runner process publishes it for the pool's watchdog).
+    MemoryError propagates: the runner process treats it as its memory limit.
+    """
     metadata = {
         "source": execution.trigger,
         "executionId": execution.id,
@@ -216,13 +247,19 @@ async def run_execution(
         while pending:
             node_id, message = pending.popleft()
             node = flow.nodes[node_id]
+            if on_step is not None:
+                on_step(node_id)
             st = stats.get(node_id)
             if st is None:
                 st = stats[node_id] = _Stats(position=len(stats), started_at=utcnow())
+            if deadline is not None and time.monotonic() >= deadline:
+                st.finished_at = st.finished_at or utcnow()
+                raise LimitExceeded(node_id, limit_message("wall", settings))
             st.runs += 1
             st.messages_in += 1
             started = time.perf_counter()
             step_logs: list[dict[str, Any]] = []
+            timeout = settings.step_timeout
             try:
                 if node.credentials_id and node.credentials_id not in (credentials or {}):
                     raise ComponentError(
@@ -248,15 +285,18 @@ async def run_execution(
                         reply=reply,
                     )
                     if node.awaits:
-                        async with asyncio.timeout(settings.step_timeout):
+                        timeout = _step_timeout(settings, deadline)
+                        async with asyncio.timeout(timeout):
                             out = _as_messages(await node.fn(message, ctx), message["metadata"])
                     else:
                         out = _as_messages(await node.fn(message, ctx), message["metadata"])
             except TimeoutError:
+                if timeout < settings.step_timeout:
+                    raise LimitExceeded(node_id, limit_message("wall", settings)) from None
                 raise StepFailed(node_id, f"timed out after {settings.step_timeout:g} s") from None
             except (ComponentError, ExpressionError) as exc:
                 raise StepFailed(node_id, str(exc)) from None
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, MemoryError):
                 raise
             except Exception as exc:
                 raise StepFailed(node_id, f"{type(exc).__name__}: {exc}") from None
@@ -353,10 +393,56 @@ async def run_execution(
         created_at=execution.created_at,
         status="failed" if error else "succeeded",
         result=result,
-        error=f"step {error.node_id} failed: {error.message}" if error else None,
+        error=error.error if error else None,
         finished_at=finished,
         steps=steps,
         logs=logs,
+    )
+
+
+def _step_timeout(settings: Settings, deadline: float | None) -> float:
+    if deadline is None:
+        return settings.step_timeout
+    return max(min(settings.step_timeout, deadline - time.monotonic()), 0.0)
+
+
+def error_outcome(
+    execution: Claimed,
+    *,
+    status: str,
+    error: str,
+    log_message: str,
+    step_id: str | None = None,
+    component_id: str | None = None,
+    finished_at: datetime | None = None,
+) -> Outcome:
+    """The outcome of an execution that did not run to its end in a runner: the flow could
+    not run, or its runner was killed. One ``error`` log entry says why."""
+    now = finished_at or utcnow()
+    return Outcome(
+        execution_id=execution.id,
+        flow_id=execution.flow_id,
+        tenant=execution.tenant,
+        owner_user=execution.owner_user,
+        created_at=execution.created_at,
+        status=status,
+        result=None,
+        error=error,
+        finished_at=now,
+        logs=[
+            {
+                "timestamp": now,
+                "level": "error",
+                "message": log_message[:10_000],
+                "tenant": execution.tenant,
+                "user_id": execution.owner_user,
+                "flow_id": execution.flow_id,
+                "execution_id": execution.id,
+                "step_id": step_id,
+                "component_id": component_id,
+                "data": None,
+            }
+        ],
     )
 
 

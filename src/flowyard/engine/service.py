@@ -17,7 +17,6 @@ from flowyard.db.session import Database
 from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
-from flowyard.engine.netpolicy import build_client
 from flowyard.engine.worker import Worker
 from flowyard.secrets.crypto import SecretBox, load_key
 
@@ -39,8 +38,7 @@ class EngineServices:
         self.registry = registry
         self.box = box
         self.hub = hub or CompletionHub()
-        self.http = build_client(settings)
-        self.worker = Worker(db, settings, registry, box=box, hub=self.hub, http=self.http)
+        self.worker = Worker(db, settings, registry, box=box, hub=self.hub)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -48,6 +46,9 @@ class EngineServices:
 
     async def start(self) -> None:
         self._worker_task = asyncio.create_task(self.worker.run(), name="flowyard-worker")
+        # Activate flows and fire cron ticks only once this engine can run them: an engine
+        # whose runners are still starting would otherwise hold work it cannot start.
+        await self.worker.pool.wait_ready()
         self._tasks = [
             asyncio.create_task(self._every("lifecycle", self._lifecycle_pass, 1.0, self._lifecycle_wake)),
             asyncio.create_task(self._scheduler_loop(), name="flowyard-scheduler"),
@@ -62,7 +63,6 @@ class EngineServices:
             self.worker.stop()
             with contextlib.suppress(Exception):
                 await self._worker_task
-        await self.http.aclose()
 
     def nudge_lifecycle(self) -> None:
         self._lifecycle_wake.set()

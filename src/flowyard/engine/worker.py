@@ -1,11 +1,12 @@
-"""The worker: claims queued executions, runs them, records their outcomes.
+"""The worker: claims queued executions, has them run, records their outcomes.
 
 Shape after procrastinate's worker: a bounded number of executions run at once;
 the loop wakes on the first of "work was enqueued here", "capacity freed",
 the poll interval, or stop. Side tasks renew the leases of what runs here and
 re-queue what dead workers left behind. Outcomes are written in batches (one
 transaction for many finished executions) so durability does not cost
-throughput.
+throughput. Flow code never runs in this process: the runner pool
+(``flowyard.engine.pool``) runs it in supervised runner processes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import socket
 import time
 from typing import Any
 
-import httpx
 import sqlalchemy as sa
 
 from flowyard.clock import utcnow
@@ -27,8 +27,8 @@ from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
-from flowyard.engine.netpolicy import build_client
-from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
+from flowyard.engine.pool import FlowSpec, RunnerPool
+from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
@@ -51,7 +51,7 @@ class Worker:
         *,
         box: SecretBox,
         hub: CompletionHub | None = None,
-        http: httpx.AsyncClient | None = None,
+        pool: RunnerPool | None = None,
     ) -> None:
         self.box = box
         self.db = db
@@ -59,15 +59,14 @@ class Worker:
         self.registry = registry
         self.hub = hub or CompletionHub()
         self.id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
-        self._http = http
-        self._own_http = http is None
+        self.pool = pool or RunnerPool(settings)
         self._wake = asyncio.Event()
         self._flush_wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._outcomes: list[queue.Outcome] = []
         self._flush_lock = asyncio.Lock()
-        self._flows: dict[tuple[str, int], CompiledFlow | FlowNotRunnable] = {}
+        self._flows: dict[tuple[str, int], FlowSpec | FlowNotRunnable] = {}
         self.completed = 0
 
     def wake(self) -> None:
@@ -75,8 +74,9 @@ class Worker:
 
     async def run(self) -> None:
         """Run until ``stop()``; then finish what runs within the grace period."""
-        if self._http is None:
-            self._http = build_client(self.settings)
+        await self.pool.start()
+        if not await self.pool.wait_ready():
+            log.error("no runner process started yet; executions wait for one")
         side = [
             asyncio.create_task(self._flusher(), name="flowyard-flusher"),
             asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),
@@ -97,7 +97,7 @@ class Worker:
                 if task.done():  # a crashed side task stops the worker: better than silently not renewing
                     task.result()
             self._wake.clear()
-            capacity = self.settings.worker_concurrency - len(self._running)
+            capacity = min(self.settings.worker_concurrency, self.pool.slots) - len(self._running)
             if capacity > 0:
                 try:
                     claimed = await self._claim(min(capacity, _CLAIM_BATCH))
@@ -123,13 +123,13 @@ class Worker:
         for key, cached in list(self._flows.items()):
             # Flows using credentials are re-read now and then, so a changed secret takes effect.
             if (
-                isinstance(cached, CompiledFlow)
+                isinstance(cached, FlowSpec)
                 and cached.credentials
                 and now - cached.loaded_at > _CREDENTIALS_TTL
             ):
                 del self._flows[key]
         missing = {c.flow_id for c in claimed if (c.flow_id, c.flow_version) not in self._flows}
-        current: dict[str, CompiledFlow | FlowNotRunnable] = {}
+        current: dict[str, FlowSpec | FlowNotRunnable] = {}
         if missing:
             async with self.db.read() as session:
                 rows = (
@@ -140,6 +140,8 @@ class Worker:
                     )
                 ).all()
             for fid, version, tenant, owners, graph in rows:
+                # Compiled here only to vet the graph and find its credentials; runners compile
+                # their own copy from the spec.
                 compiled: CompiledFlow | FlowNotRunnable
                 try:
                     compiled = CompiledFlow.compile(
@@ -161,54 +163,32 @@ class Worker:
                             tenant=tenant,
                             owner_user=compiled.owner_user,
                         )
-                self._flows[(fid, version)] = compiled
-                current[fid] = compiled
+                spec = FlowSpec.of(compiled, graph) if isinstance(compiled, CompiledFlow) else compiled
+                self._flows[(fid, version)] = spec
+                current[fid] = spec
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
             self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
 
-    async def _execute(self, claimed: queue.Claimed, flow: CompiledFlow | FlowNotRunnable | None) -> None:
+    async def _execute(self, claimed: queue.Claimed, flow: FlowSpec | FlowNotRunnable | None) -> None:
         try:
-            if isinstance(flow, CompiledFlow):
-                assert self._http is not None
-                outcome = await run_execution(
-                    flow, claimed, settings=self.settings, http=self._http, credentials=flow.credentials
-                )
+            if isinstance(flow, FlowSpec):
+                outcome = await self.pool.run(flow, claimed)
             else:
                 reason = str(flow) if flow is not None else "the flow no longer exists"
-                status = "failed" if flow is not None else "cancelled"
-                outcome = queue.Outcome(
-                    execution_id=claimed.id,
-                    flow_id=claimed.flow_id,
-                    tenant=claimed.tenant,
-                    owner_user=claimed.owner_user,
-                    created_at=claimed.created_at,
-                    status=status,
-                    result=None,
+                outcome = error_outcome(
+                    claimed,
+                    status="failed" if flow is not None else "cancelled",
                     error=reason,
-                    finished_at=utcnow(),
-                    logs=[
-                        {
-                            "timestamp": utcnow(),
-                            "level": "error",
-                            "message": f"execution not run: {reason}",
-                            "tenant": claimed.tenant,
-                            "user_id": claimed.owner_user,
-                            "flow_id": claimed.flow_id,
-                            "execution_id": claimed.id,
-                            "step_id": None,
-                            "component_id": None,
-                            "data": None,
-                        }
-                    ],
+                    log_message=f"execution not run: {reason}",
                 )
             self._outcomes.append(outcome)
             self._flush_wake.set()
         except asyncio.CancelledError:
             raise
         except Exception:
-            # The runner never raises for a step; this is a bug. Leave the row to the reaper.
-            log.exception("execution %s crashed the runner", claimed.id)
+            # The pool always answers with an outcome; this is a bug. Leave the row to the reaper.
+            log.exception("execution %s could not be run", claimed.id)
         finally:
             self._running.pop(claimed.id, None)
             self._wake.set()
@@ -295,6 +275,7 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.pool.close()
         with contextlib.suppress(Exception):
             while self._outcomes:
                 await self._flush_once()
@@ -315,8 +296,11 @@ class Worker:
         for task in side:
             task.cancel()
         await asyncio.gather(*side, return_exceptions=True)
-        if self._own_http and self._http is not None:
-            await self._http.aclose()
 
     def stats(self) -> dict[str, Any]:
-        return {"id": self.id, "running": len(self._running), "completed": self.completed}
+        return {
+            "id": self.id,
+            "running": len(self._running),
+            "completed": self.completed,
+            "pool": self.pool.stats(),
+        }

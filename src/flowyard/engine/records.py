@@ -1,0 +1,54 @@
+"""What the queue hands out and takes back: plain records, importable without the
+database layer (runner processes use them and never load SQLAlchemy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Claimed:
+    id: str
+    flow_id: str
+    flow_version: int
+    tenant: str | None
+    owner_user: str | None
+    trigger: str
+    input: Any
+    attempts: int
+    created_at: datetime
+    scheduled_for: datetime | None
+
+
+@dataclass
+class StepRecord:
+    node_id: str
+    component_id: str | None
+    function: str | None
+    status: str
+    runs: int
+    messages_in: int
+    messages_out: int
+    duration_ms: float
+    started_at: datetime
+    finished_at: datetime
+    error: str | None
+    output: Any
+    position: int
+
+
+@dataclass
+class Outcome:
+    execution_id: str
+    flow_id: str
+    tenant: str | None
+    owner_user: str | None
+    created_at: datetime
+    status: str  # succeeded | failed | cancelled
+    result: Any
+    error: str | None
+    finished_at: datetime
+    steps: list[StepRecord] = field(default_factory=list)
+    logs: list[dict[str, Any]] = field(default_factory=list)
