@@ -52,6 +52,9 @@ class Cluster:
             "FLOWYARD_SCHEDULER_INTERVAL": "0.2",
             "FLOWYARD_STOP_GRACE_SECONDS": "5",
             "FLOWYARD_LOG_LEVEL": "warning",
+            # One runner per worker: three workers with a runner per core start slowly on a busy
+            # 2-core machine, and the lifecycle waits for a ready runner before activating flows.
+            "FLOWYARD_RUNNERS": "1",
         }
         self.base = f"http://127.0.0.1:{self.port}"
 
@@ -112,7 +115,7 @@ def _login(c: Cluster) -> dict[str, str]:
 def _active_flow(c: Cluster, headers: dict[str, str], body: dict[str, Any]) -> str:
     fid = httpx.post(f"{c.base}/flows", json=body, headers=headers).json()["data"]["id"]
     assert httpx.post(f"{c.base}/flows/{fid}/start", headers=headers).status_code == 200
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a liveness bound, generous for a loaded machine
     while time.monotonic() < deadline:
         if httpx.get(f"{c.base}/flows/{fid}", headers=headers).json()["data"]["status"] == "active":
             return fid
