@@ -37,9 +37,7 @@ def _rollup(
 
 async def add_flow_counts(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
     """Add executions: rows of (day, flow_id, tenant, user_id, flow_name, executions)."""
-    await increment(
-        session, FlowDayCount, ("day", *FLOW_KEYS), "executions", rows, replace=FLOW_ATTRIBUTES
-    )
+    await increment(session, FlowDayCount, ("day", *FLOW_KEYS), "executions", rows, replace=FLOW_ATTRIBUTES)
     await increment(
         session,
         FlowPeriodCount,

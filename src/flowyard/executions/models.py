@@ -178,7 +178,13 @@ class ComponentPeriodCount(Base):
 
     __table_args__ = (
         sa.Index(
-            "ix_component_period_counts_tenant", "tenant", "period", "start", "component_id", "flow_id", "steps"
+            "ix_component_period_counts_tenant",
+            "tenant",
+            "period",
+            "start",
+            "component_id",
+            "flow_id",
+            "steps",
         ),
         {"sqlite_with_rowid": False},
     )

@@ -38,12 +38,14 @@ def _backfill(table: str, keys: str, attributes: tuple[str, ...], counter: str, 
             f"FIRST_VALUE({a}) OVER (PARTITION BY {keys}, {start} ORDER BY day {order}) AS {a}"
             for a in attributes
         )
-        selects.append(f"SELECT '{period}' AS period, {start} AS start, {keys}, {picked}, {counter} FROM {source}")
+        selects.append(
+            f"SELECT '{period}' AS period, {start} AS start, {keys}, {picked}, {counter} FROM {source}"
+        )
     maxed = ", ".join(f"MAX({a})" for a in attributes)
     op.execute(
         f"INSERT INTO {table} (period, start, {keys}, {', '.join(attributes)}, {counter}) "
-        f"SELECT period, start, {keys}, {maxed}, SUM({counter}) FROM ({' UNION ALL '.join(selects)}) AS daily "
-        f"GROUP BY period, start, {keys}"
+        f"SELECT period, start, {keys}, {maxed}, SUM({counter}) "
+        f"FROM ({' UNION ALL '.join(selects)}) AS daily GROUP BY period, start, {keys}"
     )
 
 
@@ -86,8 +88,10 @@ def upgrade() -> None:
         ["tenant", "period", "start", "component_id", "flow_id", "steps"],
         unique=False,
     )
-    _backfill("flow_period_counts", "flow_id", ("tenant", "user_id", "flow_name"), "executions", latest=True)
-    _backfill("component_period_counts", "component_id, flow_id", ("tenant", "user_id"), "steps", latest=False)
+    flow_attributes = ("tenant", "user_id", "flow_name")
+    _backfill("flow_period_counts", "flow_id", flow_attributes, "executions", latest=True)
+    component_attributes = ("tenant", "user_id")
+    _backfill("component_period_counts", "component_id, flow_id", component_attributes, "steps", latest=False)
 
 
 def downgrade() -> None:
