@@ -64,7 +64,11 @@ def test_every_frame_is_covered_exactly_once_by_the_largest_periods() -> None:
             # most 6 on either side of each run of weeks, and no run of days holds a whole week.
             for first, last in c.days:
                 run = _days(first, last)
-                assert not any(d.weekday() == 0 and d + timedelta(days=6) <= last for d in run), (start, end, c)
+                assert not any(d.weekday() == 0 and d + timedelta(days=6) <= last for d in run), (
+                    start,
+                    end,
+                    c,
+                )
             # At most: days, weeks, days, months, days, weeks, days.
             assert len(c.days) <= 4 and len(c.weeks) <= 2 and len(c.months) <= 1
             frames += 1

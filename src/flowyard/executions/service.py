@@ -259,9 +259,7 @@ async def counts(
         ).c
         rows = (
             await session.execute(
-                sa.select(c.component_id, c.flow_id, sa.func.sum(c.steps)).group_by(
-                    c.component_id, c.flow_id
-                )
+                sa.select(c.component_id, c.flow_id, sa.func.sum(c.steps)).group_by(c.component_id, c.flow_id)
             )
         ).all()
         agg: dict[str, dict[str, Any]] = {}
