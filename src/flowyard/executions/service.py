@@ -240,7 +240,9 @@ def _frame_rows(
             )
     if not parts:  # an empty frame (start after end)
         parts.append(sa.select(*(getattr(d, c) for c in columns)).where(sa.false()))
-    return (parts[0] if len(parts) == 1 else sa.union_all(*parts)).subquery()
+    if len(parts) == 1:
+        return parts[0].subquery()
+    return sa.union_all(*parts).subquery()
 
 
 async def counts(
