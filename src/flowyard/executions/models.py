@@ -102,11 +102,13 @@ class FlowDayCount(Base):
     flow_name: Mapped[str | None] = mapped_column(sa.String(200))
     executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
 
-    # A tenant's counts read only that tenant's rows, from the index alone.
+    # A tenant's counts read only that tenant's rows, from the index alone; an administrator's
+    # edge days (executions/periods.py) read every row of a few days, from the index alone.
     __table_args__ = (
         sa.Index(
             "ix_flow_day_counts_tenant", "tenant", "day", "flow_id", "user_id", "flow_name", "executions"
         ),
+        sa.Index("ix_flow_day_counts_day", "day", "flow_id", "tenant", "user_id", "flow_name", "executions"),
     )
 
 
@@ -124,6 +126,7 @@ class ComponentDayCount(Base):
 
     __table_args__ = (
         sa.Index("ix_component_day_counts_tenant", "tenant", "day", "component_id", "flow_id", "steps"),
+        sa.Index("ix_component_day_counts_day", "day", "component_id", "flow_id", "steps"),
     )
 
 

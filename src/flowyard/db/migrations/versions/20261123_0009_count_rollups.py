@@ -1,4 +1,5 @@
-"""weekly and monthly rollups of the per-day counters, backfilled from the daily rows
+"""weekly and monthly rollups of the per-day counters, backfilled from the daily rows;
+covering indexes of the daily rows by day
 
 Revision ID: 0009
 Revises: 0007
@@ -88,6 +89,19 @@ def upgrade() -> None:
         ["tenant", "period", "start", "component_id", "flow_id", "steps"],
         unique=False,
     )
+    # Administrators' edge days: a few days' rows of every flow, from the index alone.
+    op.create_index(
+        "ix_flow_day_counts_day",
+        "flow_day_counts",
+        ["day", "flow_id", "tenant", "user_id", "flow_name", "executions"],
+        unique=False,
+    )
+    op.create_index(
+        "ix_component_day_counts_day",
+        "component_day_counts",
+        ["day", "component_id", "flow_id", "steps"],
+        unique=False,
+    )
     flow_attributes = ("tenant", "user_id", "flow_name")
     _backfill("flow_period_counts", "flow_id", flow_attributes, "executions", latest=True)
     component_attributes = ("tenant", "user_id")
@@ -95,6 +109,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_component_day_counts_day", table_name="component_day_counts")
+    op.drop_index("ix_flow_day_counts_day", table_name="flow_day_counts")
     op.drop_index("ix_component_period_counts_tenant", table_name="component_period_counts")
     op.drop_table("component_period_counts")
     op.drop_index("ix_flow_period_counts_tenant", table_name="flow_period_counts")
