@@ -17,10 +17,11 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import queue
+from flowyard.engine import pruner, queue
 from flowyard.executions import service
-from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount
+from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
 from flowyard.iam.principal import Principal
 from tests.conftest import truncate
 
@@ -160,3 +161,31 @@ def test_a_long_frame_reads_months_and_weeks(db_url: str) -> None:
     base = date(2025, 10, 1)
     work = [[(d % len(FLOWS), d, 1 + d % 3) for d in range(0, 120, 2)], [(3, d, 1) for d in range(1, 120, 2)]]
     asyncio.run(_check(db_url, base, work, [(3, 100), (0, 119), (13, 40), (30, 31), (-5, 200)]))
+
+
+async def test_pruning_keeps_the_rollups(db: Database) -> None:
+    """Counts over whole months and weeks, read from the rollups, survive pruning of the
+    executions they count (as the daily counters do)."""
+    base = date(2026, 6, 1)
+    await _record(db, base, [[(flow, day, 2) for flow in range(len(FLOWS)) for day in (0, 9, 31, 45, 60)]])
+    admin = CALLERS["admin"]
+
+    async def answers() -> list[Any]:
+        out = []
+        async with db.read() as session:
+            for groupby in service.GROUPINGS:
+                out.append(
+                    await service.counts(
+                        session, admin, start=base, end=base + timedelta(days=90), groupby=groupby
+                    )
+                )
+        return out
+
+    before = await answers()
+    assert before[0][1] == 5 * len(FLOWS)
+    counts = await pruner.prune(db, retention=timedelta(days=1), batch=7, now=utcnow())
+    assert counts["executions"] == 5 * len(FLOWS)
+    async with db.read() as session:
+        assert await session.scalar(sa.select(sa.func.count()).select_from(Execution)) == 0
+        assert await session.scalar(sa.select(sa.func.count()).select_from(FlowPeriodCount)) > 0
+    assert await answers() == before
