@@ -9,7 +9,6 @@ from datetime import date
 
 WEEK = "week"
 MONTH = "month"
-PERIODS = (WEEK, MONTH)
 
 # Ordinals (date.toordinal) and month numbers (year * 12 + month - 1) rather than dates while
 # computing, so that a frame touching date.min or date.max never steps out of range.
