@@ -3,9 +3,10 @@ executions over 90 days in 1,000 flows (100 users in 10 tenants, 3 components
 per flow), served by `flowyard serve` on SQLite.
 
 Counts are served from the per-day counter tables (flow_day_counts,
-component_day_counts), so the bench loads the counters equivalent to those 10M
-executions through flowyard.db.dialect.increment, the upsert the engine runs
-when it accepts executions and when it records their steps, instead of 10M
+component_day_counts) and their weekly and monthly rollups, so the bench loads
+the counters equivalent to those 10M executions through flowyard.executions.counters,
+the upserts the engine runs when it accepts executions and when it records
+their steps, instead of 10M
 execution rows. Each flow-day's executions arrive in several increments (the
 first inserts, the rest update), one write transaction per day.
 
@@ -34,10 +35,10 @@ import sqlalchemy as sa
 from _common import Server, get_request, pct, run_load
 from _seed import Capture, People, create_people, database, load_flows, one_line
 
-from flowyard.db.dialect import increment
 from flowyard.engine.queue import owner_user_of
+from flowyard.executions import counters
 from flowyard.executions import service as executions
-from flowyard.executions.models import ComponentDayCount, FlowDayCount
+from flowyard.executions.models import ComponentDayCount, ComponentPeriodCount, FlowDayCount, FlowPeriodCount
 from flowyard.iam.principal import Principal
 
 LAST_NODES = ("log", "http", "filter", "split")
@@ -127,27 +128,24 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, date]:
                                     "steps": n,
                                 }
                             )
-                    await increment(
-                        session,
-                        FlowDayCount,
-                        ("day", "flow_id"),
-                        "executions",
-                        flow_rows,
-                        replace=("tenant", "user_id", "flow_name"),
-                    )
-                    await increment(
-                        session, ComponentDayCount, ("day", "component_id", "flow_id"), "steps", comp_rows
-                    )
+                    await counters.add_flow_counts(session, flow_rows)
+                    await counters.add_component_counts(session, comp_rows)
                     upserts += len(flow_rows) + len(comp_rows)
         async with db.read() as session:
             stored = await session.scalar(sa.select(sa.func.sum(FlowDayCount.executions)))
             n_flow = await session.scalar(sa.select(sa.func.count()).select_from(FlowDayCount))
             n_comp = await session.scalar(sa.select(sa.func.count()).select_from(ComponentDayCount))
+            n_rollups = [
+                await session.scalar(sa.select(sa.func.count()).select_from(t))
+                for t in (FlowPeriodCount, ComponentPeriodCount)
+            ]
         print(
             f"loaded counters for {stored:,} executions ({args.days} days, {len(flows)} flows, "
             f"{sum(len(u) for u in people.users)} users, {len(people.tenants)} tenants) through "
-            f"flowyard.db.dialect.increment, not execution rows: {upserts:,} upserts "
-            f"({parts} per flow-day), {n_flow:,} flow_day_counts + {n_comp:,} component_day_counts rows, "
+            f"flowyard.executions.counters (the engine's upserts), not execution rows: {upserts:,} daily "
+            f"upserts ({parts} per flow-day) with their rollups; rows: {n_flow:,} flow_day_counts, "
+            f"{n_comp:,} component_day_counts, {n_rollups[0]:,} flow_period_counts, "
+            f"{n_rollups[1]:,} component_period_counts; "
             f"{time.perf_counter() - started:.0f} s"
         )
         if stored != args.executions:
@@ -208,7 +206,7 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--users", type=int, default=10, help="Users per tenant.")
     parser.add_argument(
-        "--increments", type=int, default=2, help="increment() calls per flow-day (1st inserts, rest update)."
+        "--increments", type=int, default=2, help="Counter upserts per flow-day (1st inserts, rest update)."
     )
     parser.add_argument("--requests", type=int, default=200, help="Sequential requests per case.")
     parser.add_argument("--clients", type=int, default=16)

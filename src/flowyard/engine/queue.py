@@ -20,9 +20,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
-from flowyard.db.dialect import dialect_name, increment, insert_ignore
+from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
-from flowyard.executions.models import ComponentDayCount, Execution, ExecutionStep, FlowDayCount
+from flowyard.executions import counters
+from flowyard.executions.models import Execution, ExecutionStep
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
 
@@ -102,11 +103,8 @@ async def enqueue(
         counts[(e.created_at.date(), e.flow_id)] += 1
         info[e.flow_id] = e
         latest[e.flow_id] = max(latest.get(e.flow_id, e.created_at), e.created_at)
-    await increment(
+    await counters.add_flow_counts(
         session,
-        FlowDayCount,
-        ("day", "flow_id"),
-        "executions",
         [
             {
                 "day": day,
@@ -118,7 +116,6 @@ async def enqueue(
             }
             for (day, fid), n in counts.items()
         ],
-        replace=("tenant", "user_id", "flow_name"),
     )
     for fid, when in sorted(latest.items()):
         await session.execute(
@@ -311,11 +308,8 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         for s in o.steps:
             if s.component_id:
                 comp[(o.created_at.date(), s.component_id, o.flow_id)] += s.runs
-    await increment(
+    await counters.add_component_counts(
         session,
-        ComponentDayCount,
-        ("day", "component_id", "flow_id"),
-        "steps",
         [
             {
                 "day": day,

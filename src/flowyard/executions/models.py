@@ -102,11 +102,13 @@ class FlowDayCount(Base):
     flow_name: Mapped[str | None] = mapped_column(sa.String(200))
     executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
 
-    # A tenant's counts read only that tenant's rows, from the index alone.
+    # A tenant's counts read only that tenant's rows, from the index alone; an administrator's
+    # edge days (executions/periods.py) read every row of a few days, from the index alone.
     __table_args__ = (
         sa.Index(
             "ix_flow_day_counts_tenant", "tenant", "day", "flow_id", "user_id", "flow_name", "executions"
         ),
+        sa.Index("ix_flow_day_counts_day", "day", "flow_id", "tenant", "user_id", "flow_name", "executions"),
     )
 
 
@@ -124,4 +126,68 @@ class ComponentDayCount(Base):
 
     __table_args__ = (
         sa.Index("ix_component_day_counts_tenant", "tenant", "day", "component_id", "flow_id", "steps"),
+        sa.Index("ix_component_day_counts_day", "day", "component_id", "flow_id", "steps"),
+    )
+
+
+# Rollups of the daily counters, written by the same upserts in the same transactions
+# (executions/counters.py), so that a frame reads whole months and weeks plus its edge days
+# (executions/periods.py). ``period`` is "week" (``start`` its Monday) or "month" (its 1st).
+# A rollup row carries the tenant, user and name last written in its period, as a daily row
+# does within its day. On SQLite the rows live in their primary key (WITHOUT ROWID): an
+# administrator's frame is one range read of the table itself.
+
+
+class FlowPeriodCount(Base):
+    """Executions triggered per flow per ISO week and per calendar month (UTC); never pruned."""
+
+    __tablename__ = "flow_period_counts"
+
+    period: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    start: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    flow_name: Mapped[str | None] = mapped_column(sa.String(200))
+    executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    __table_args__ = (
+        sa.Index(
+            "ix_flow_period_counts_tenant",
+            "tenant",
+            "period",
+            "start",
+            "flow_id",
+            "user_id",
+            "flow_name",
+            "executions",
+        ),
+        {"sqlite_with_rowid": False},
+    )
+
+
+class ComponentPeriodCount(Base):
+    """Steps run per component per flow per ISO week and per calendar month (UTC)."""
+
+    __tablename__ = "component_period_counts"
+
+    period: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    start: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    component_id: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    __table_args__ = (
+        sa.Index(
+            "ix_component_period_counts_tenant",
+            "tenant",
+            "period",
+            "start",
+            "component_id",
+            "flow_id",
+            "steps",
+        ),
+        {"sqlite_with_rowid": False},
     )

@@ -14,12 +14,15 @@ from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat, utcnow
 from flowyard.engine import queue
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
+from flowyard.executions import periods
 from flowyard.executions.models import (
     EXECUTION_STATUSES,
     ComponentDayCount,
+    ComponentPeriodCount,
     Execution,
     ExecutionStep,
     FlowDayCount,
+    FlowPeriodCount,
 )
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
@@ -210,18 +213,55 @@ async def get_execution(
     return e, steps
 
 
+def _frame_rows(
+    principal: Principal, start: date, end: date, day_table: Any, period_table: Any, columns: Sequence[str]
+) -> Any:
+    """The counter rows of ``start``..``end`` in the caller's scope, as one subquery: the
+    frame's whole months and weeks from the rollups, its edge days from the daily counters
+    (periods.cover), each piece a range read of an index."""
+    cover = periods.cover(start, end)
+    parts: list[Any] = []
+    d, p = day_table, period_table
+    for first, last in cover.days:
+        parts.append(
+            sa.select(*(getattr(d, c) for c in columns)).where(
+                d.day >= first, d.day <= last, tenant_data_clause(principal, d.tenant, d.user_id)
+            )
+        )
+    for period, ranges in ((periods.WEEK, cover.weeks), (periods.MONTH, cover.months)):
+        for first, last in ranges:
+            parts.append(
+                sa.select(*(getattr(p, c) for c in columns)).where(
+                    p.period == period,
+                    p.start >= first,
+                    p.start <= last,
+                    tenant_data_clause(principal, p.tenant, p.user_id),
+                )
+            )
+    if not parts:  # an empty frame (start after end)
+        parts.append(sa.select(*(getattr(d, c) for c in columns)).where(sa.false()))
+    if len(parts) == 1:
+        return parts[0].subquery()
+    return sa.union_all(*parts).subquery()
+
+
 async def counts(
     session: AsyncSession, principal: Principal, *, start: date, end: date, groupby: str
 ) -> tuple[list[dict[str, Any]], int]:
-    """Execution counts from the per-day counters (cheap whatever the history's size)."""
+    """Execution counts from the counters (cheap whatever the history's size): whole months
+    and weeks from the rollups, edge days from the per-day counters."""
     if groupby == "component":
-        t: Any = ComponentDayCount
-        scope = tenant_data_clause(principal, t.tenant, t.user_id)
+        c = _frame_rows(
+            principal,
+            start,
+            end,
+            ComponentDayCount,
+            ComponentPeriodCount,
+            ("component_id", "flow_id", "steps"),
+        ).c
         rows = (
             await session.execute(
-                sa.select(t.component_id, t.flow_id, sa.func.sum(t.steps))
-                .where(t.day >= start, t.day <= end, scope)
-                .group_by(t.component_id, t.flow_id)
+                sa.select(c.component_id, c.flow_id, sa.func.sum(c.steps)).group_by(c.component_id, c.flow_id)
             )
         ).all()
         agg: dict[str, dict[str, Any]] = {}
@@ -231,8 +271,14 @@ async def counts(
             rec["executions"] += int(n)
         total = await _total(session, principal, start, end)
         return _sorted(agg.values()), total
-    f: Any = FlowDayCount
-    scope = tenant_data_clause(principal, f.tenant, f.user_id)
+    f = _frame_rows(
+        principal,
+        start,
+        end,
+        FlowDayCount,
+        FlowPeriodCount,
+        ("flow_id", "tenant", "user_id", "flow_name", "executions"),
+    ).c
     rows = (
         await session.execute(
             sa.select(
@@ -241,9 +287,7 @@ async def counts(
                 sa.func.max(f.user_id),
                 sa.func.max(f.flow_name),
                 sa.func.sum(f.executions),
-            )
-            .where(f.day >= start, f.day <= end, scope)
-            .group_by(f.flow_id)
+            ).group_by(f.flow_id)
         )
     ).all()
     total = sum(int(r[4]) for r in rows)
@@ -290,15 +334,8 @@ async def counts(
 
 
 async def _total(session: AsyncSession, principal: Principal, start: date, end: date) -> int:
-    f: Any = FlowDayCount
-    return int(
-        await session.scalar(
-            sa.select(sa.func.coalesce(sa.func.sum(f.executions), 0)).where(
-                f.day >= start, f.day <= end, tenant_data_clause(principal, f.tenant, f.user_id)
-            )
-        )
-        or 0
-    )
+    f = _frame_rows(principal, start, end, FlowDayCount, FlowPeriodCount, ("executions",)).c
+    return int(await session.scalar(sa.select(sa.func.coalesce(sa.func.sum(f.executions), 0))) or 0)
 
 
 def _sorted(records: Any) -> list[dict[str, Any]]:
