@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db import migrate
-from flowyard.db.metadata import metadata
+from flowyard.db.metadata import include_object, metadata
 from tests.conftest import IN_CI, PG_ADMIN_DSN, _create_pg_database, _drop_pg_database, _pg_available
 
 
@@ -59,7 +59,8 @@ def _current(url: str) -> str | None:
 def _diff(url: str) -> list[Any]:
     def compare(conn: sa.Connection) -> list[Any]:
         context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": True}
+            conn,
+            opts={"compare_type": True, "compare_server_default": True, "include_object": include_object},
         )
         return compare_metadata(context, metadata)
 

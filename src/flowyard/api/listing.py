@@ -112,6 +112,46 @@ def like_pattern(text: str) -> str:
 
 Sortable = sa.ColumnElement[Any] | InstrumentedAttribute[Any]
 
+# Trigram indexes (FTS5 ``trigram`` on SQLite, ``pg_trgm`` on PostgreSQL) cannot answer a
+# search shorter than one trigram: those are served by the plain scan.
+MIN_INDEXED_SEARCH = 3
+
+
+def search_clause(
+    dialect: str,
+    search: str,
+    *,
+    id_col: Sortable,
+    name_lc: Sortable,
+    description_lc: Sortable,
+    fts_table: str,
+) -> sa.ColumnElement[bool]:
+    """SPEC §1 ``search``: a literal, case-insensitive substring of the name or the description.
+
+    The one rule, the same on both databases: ``search.lower()`` (Python's full Unicode
+    lower-casing) is a substring of ``name.lower()`` or ``description.lower()``, which the
+    ``*_lc`` columns hold. The escaped ``LIKE`` below *is* that rule; an index only narrows the
+    rows it is checked on, so the answer is the same with or without it:
+
+    - PostgreSQL: GIN ``gin_trgm_ops`` indexes on ``name_lc`` and ``description_lc`` (migration
+      0008) serve this very ``LIKE`` (bitmap scan, then the ``LIKE`` re-checked on each row).
+    - SQLite: the ``fts_table`` FTS5 table (``trigram``, case-sensitive, over the already
+      lower-cased copies, kept in step by triggers) gives the candidate ids of a phrase query;
+      the ``LIKE`` then confirms them.
+    """
+    text = search.lower()
+    pattern = like_pattern(text)
+    exact = sa.or_(name_lc.like(pattern, escape="\\"), description_lc.like(pattern, escape="\\"))
+    if len(text) < MIN_INDEXED_SEARCH or dialect != "sqlite":
+        return exact
+    # An FTS5 string (phrase) matches its text literally; only '"' needs doubling.
+    phrase = '"' + text.replace('"', '""') + '"'
+    fts = sa.table(fts_table, sa.column("id"))
+    candidates = sa.select(fts.c.id).where(
+        sa.literal_column(fts_table).op("MATCH")("{name_lc description_lc} : " + phrase)
+    )
+    return sa.and_(id_col.in_(candidates), exact)
+
 
 def order_by(
     sort: str | None, columns: Mapping[str, Sortable], id_col: Sortable
