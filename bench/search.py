@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
@@ -112,7 +113,12 @@ if __name__ == "__main__":
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=40)
     ns = parser.parse_args()
+    tmp = None
     if ns.database_url is None:
         tmp = Path(tempfile.mkdtemp(prefix="flowyard-search-"))
         ns.database_url = f"sqlite+aiosqlite:///{tmp / 'flowyard.db'}"
-    asyncio.run(main(ns))
+    try:
+        asyncio.run(main(ns))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp)

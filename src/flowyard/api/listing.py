@@ -136,21 +136,27 @@ def search_clause(
     - PostgreSQL: GIN ``gin_trgm_ops`` indexes on ``name_lc`` and ``description_lc`` (migration
       0008) serve this very ``LIKE`` (bitmap scan, then the ``LIKE`` re-checked on each row).
     - SQLite: the ``fts_table`` FTS5 table (``trigram``, case-sensitive, over the already
-      lower-cased copies, kept in step by triggers) gives the candidate ids of a phrase query;
-      the ``LIKE`` then confirms them.
+      lower-cased copies, kept in step by triggers) gives the candidates of a phrase query;
+      the ``LIKE`` then confirms them on the copies it holds.
     """
     text = search.lower()
     pattern = like_pattern(text)
-    exact = sa.or_(name_lc.like(pattern, escape="\\"), description_lc.like(pattern, escape="\\"))
+
+    def exact(name: Sortable, description: Sortable) -> sa.ColumnElement[bool]:
+        return sa.or_(name.like(pattern, escape="\\"), description.like(pattern, escape="\\"))
+
     if len(text) < MIN_INDEXED_SEARCH or dialect != "sqlite":
-        return exact
-    # An FTS5 string (phrase) matches its text literally; only '"' needs doubling.
+        return exact(name_lc, description_lc)
+    # An FTS5 string (phrase) matches its text literally; only '"' needs doubling. The LIKE is
+    # checked on the FTS table's own copy of the text (the triggers keep it equal), so the
+    # count reads the ids alone and never the (large) flow rows.
     phrase = '"' + text.replace('"', '""') + '"'
-    fts = sa.table(fts_table, sa.column("id"))
-    candidates = sa.select(fts.c.id).where(
-        sa.literal_column(fts_table).op("MATCH")("{name_lc description_lc} : " + phrase)
+    fts = sa.table(fts_table, sa.column("id"), sa.column("name_lc"), sa.column("description_lc"))
+    matching = sa.select(fts.c.id).where(
+        sa.literal_column(fts_table).op("MATCH")("{name_lc description_lc} : " + phrase),
+        exact(fts.c.name_lc, fts.c.description_lc),
     )
-    return sa.and_(id_col.in_(candidates), exact)
+    return id_col.in_(matching)
 
 
 def order_by(

@@ -141,7 +141,10 @@ async def list_flows(
     if problems:
         raise InvalidInput(problems)
     if lq.search:
-        where.append(
+        # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
+        # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
+        where.insert(
+            0,
             search_clause(
                 dialect_name(session),
                 lq.search,
@@ -149,7 +152,7 @@ async def list_flows(
                 name_lc=Flow.name_lc,
                 description_lc=Flow.description_lc,
                 fts_table=SEARCH_TABLE,
-            )
+            ),
         )
     total = await session.scalar(sa.select(sa.func.count()).select_from(Flow).where(*where)) or 0
     if total == 0 or lq.offset >= total:

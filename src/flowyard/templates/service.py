@@ -149,7 +149,10 @@ async def list_templates(
         untagged = ~sa.exists().where(TemplateTag.template_id == Template.id)
         where.append(sa.or_(Template.id.in_(tagged), untagged))
     if lq.search:
-        where.append(
+        # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
+        # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
+        where.insert(
+            0,
             search_clause(
                 dialect_name(session),
                 lq.search,
@@ -157,7 +160,7 @@ async def list_templates(
                 name_lc=Template.name_lc,
                 description_lc=Template.description_lc,
                 fts_table=SEARCH_TABLE,
-            )
+            ),
         )
     total = await session.scalar(sa.select(sa.func.count()).select_from(Template).where(*where)) or 0
     if total == 0 or lq.offset >= total:
