@@ -28,8 +28,23 @@ from tests.conftest import flow_body
 ADMIN = Principal("a" * 24, "admin@example.com", None, frozenset({"all"}), "")
 # Letters whose lower-casing is special (İ -> i + U+0307, K Kelvin sign -> k, final sigma,
 # ß, a ligature, a letter outside the BMP, a combining accent), LIKE's metacharacters, the
-# escape, FTS5's quote, and plain ASCII so that matches are frequent.
-ALPHABET = [*"aAbB ab%_\\\"'éÉüÜßİıΣσςﬃ𝔸\u0301\u212a-.", "ab", "AB", "%_", "\\%"]
+# escape, FTS5's quote and query syntax, and plain ASCII so that matches are frequent.
+ALPHABET = [
+    *"aAbB ab%_\\\"'éÉüÜßİıΣσςﬃ𝔸\u0301\u212a-.",
+    "ab",
+    "AB",
+    "%_",
+    "\\%",
+    "*",
+    "^",
+    ":",
+    "(",
+    "{",
+    "+",
+    " AND ",
+    " OR ",
+    "NEAR",
+]
 chunk = st.sampled_from(ALPHABET)
 text = st.lists(chunk, min_size=1, max_size=12).map("".join).filter(lambda s: s.strip() != "")
 
