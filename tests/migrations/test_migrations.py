@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db import migrate
-from flowyard.db.metadata import metadata
+from flowyard.db.metadata import include_object, metadata
 from tests.conftest import IN_CI, PG_ADMIN_DSN, _create_pg_database, _drop_pg_database, _pg_available
 
 
@@ -59,7 +59,8 @@ def _current(url: str) -> str | None:
 def _diff(url: str) -> list[Any]:
     def compare(conn: sa.Connection) -> list[Any]:
         context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": True}
+            conn,
+            opts={"compare_type": True, "compare_server_default": True, "include_object": include_object},
         )
         return compare_metadata(context, metadata)
 
@@ -96,3 +97,44 @@ def test_upgrade_matches_models_and_round_trips(empty_url: str) -> None:
     migrate.upgrade(empty_url)
     assert _current(empty_url) == head
     assert _diff(empty_url) == []
+
+
+def test_search_indexes_without_pg_trgm_rights() -> None:
+    """A role that may not create extensions still migrates to the head (0008 skips the trigram
+    indexes with a warning) and can go down again; search then scans (same answers)."""
+    import uuid
+
+    import asyncpg
+
+    reason = asyncio.run(_pg_available())
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL at {PG_ADMIN_DSN} is required in CI: {reason}")
+        pytest.skip(f"PostgreSQL not reachable ({reason})")
+    role = f"flowyard_norights_{uuid.uuid4().hex[:8]}"
+    url = _create_pg_database()
+    name = url.rsplit("/", 1)[1]
+
+    async def admin(sql: str, database: str | None = None) -> Any:
+        dsn = PG_ADMIN_DSN if database is None else PG_ADMIN_DSN.rsplit("/", 1)[0] + "/" + database
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE ROLE "{role}" LOGIN'))
+    try:
+        asyncio.run(admin(f'GRANT CREATE, USAGE ON SCHEMA public TO "{role}"', name))
+        host = url.split("@", 1)[1]
+        role_url = f"postgresql+asyncpg://{role}@{host}"
+        migrate.upgrade(role_url)
+        head = ScriptDirectory.from_config(migrate.alembic_config(role_url)).get_current_head()
+        assert _current(role_url) == head
+        assert asyncio.run(admin("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'", name)) == []
+        assert _diff(role_url) == []
+        migrate.downgrade(role_url, "base")
+        assert _current(role_url) is None
+    finally:
+        _drop_pg_database(url)
+        asyncio.run(admin(f'DROP ROLE IF EXISTS "{role}"'))

@@ -15,6 +15,12 @@ from flowyard.ids import new_id
 FLOW_STATUSES = ("inactive", "starting", "active", "stopping")
 
 
+# The FTS5 table (SQLite) holding ``(id, name_lc, description_lc)`` of every flow for
+# ``search``; written only by the triggers of migration 0008 (any write to ``flows`` keeps it in
+# step), read by ``api.listing.search_clause``. Not in the metadata: see ``db.metadata``.
+SEARCH_TABLE = "flows_search"
+
+
 class Flow(Timestamped, Base):
     __tablename__ = "flows"
 

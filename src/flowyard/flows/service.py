@@ -13,11 +13,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.listing import ListQuery, Sortable, like_pattern, order_by
+from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
+from flowyard.db.dialect import dialect_name
 from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
-from flowyard.flows.models import Flow, FlowOwner
+from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
 from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
@@ -140,9 +141,18 @@ async def list_flows(
     if problems:
         raise InvalidInput(problems)
     if lq.search:
-        pattern = like_pattern(lq.search.lower())
-        where.append(
-            sa.or_(Flow.name_lc.like(pattern, escape="\\"), Flow.description_lc.like(pattern, escape="\\"))
+        # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
+        # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
+        where.insert(
+            0,
+            search_clause(
+                dialect_name(session),
+                lq.search,
+                id_col=Flow.id,
+                name_lc=Flow.name_lc,
+                description_lc=Flow.description_lc,
+                fts_table=SEARCH_TABLE,
+            ),
         )
     total = await session.scalar(sa.select(sa.func.count()).select_from(Flow).where(*where)) or 0
     if total == 0 or lq.offset >= total:

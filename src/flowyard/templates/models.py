@@ -11,6 +11,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from flowyard.db.base import Base, Id, Json, Timestamped
 from flowyard.ids import new_id
 
+# The FTS5 table (SQLite) holding ``(id, name_lc, description_lc)`` of every template for
+# ``search``; written only by the triggers of migration 0008 (any write to ``templates`` keeps it in
+# step), read by ``api.listing.search_clause``. Not in the metadata: see ``db.metadata``.
+SEARCH_TABLE = "templates_search"
+
 
 class Template(Timestamped, Base):
     __tablename__ = "templates"

@@ -15,8 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.listing import ListQuery, like_pattern, order_by
+from flowyard.api.listing import ListQuery, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
+from flowyard.db.dialect import dialect_name
 from flowyard.engine.components import Registry
 from flowyard.errors import Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows import service as flows
@@ -26,7 +27,7 @@ from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.ids import is_valid_id, new_id
-from flowyard.templates.models import Template, TemplateOwner, TemplateTag
+from flowyard.templates.models import SEARCH_TABLE, Template, TemplateOwner, TemplateTag
 
 TEMPLATE_FILTERS = frozenset({"status", "user"})
 TEMPLATE_SORTS = frozenset({"createdAt", "updatedAt", "name"})
@@ -148,12 +149,18 @@ async def list_templates(
         untagged = ~sa.exists().where(TemplateTag.template_id == Template.id)
         where.append(sa.or_(Template.id.in_(tagged), untagged))
     if lq.search:
-        pattern = like_pattern(lq.search.lower())
-        where.append(
-            sa.or_(
-                Template.name_lc.like(pattern, escape="\\"),
-                Template.description_lc.like(pattern, escape="\\"),
-            )
+        # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
+        # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
+        where.insert(
+            0,
+            search_clause(
+                dialect_name(session),
+                lq.search,
+                id_col=Template.id,
+                name_lc=Template.name_lc,
+                description_lc=Template.description_lc,
+                fts_table=SEARCH_TABLE,
+            ),
         )
     total = await session.scalar(sa.select(sa.func.count()).select_from(Template).where(*where)) or 0
     if total == 0 or lq.offset >= total:

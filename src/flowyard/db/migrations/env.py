@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db.base import UTCDateTime
-from flowyard.db.metadata import metadata
+from flowyard.db.metadata import include_object, metadata
 
 config = context.config
 MIGRATION_LOCK = 0x466C6F77  # "Flow"
@@ -44,6 +44,7 @@ def _run(connection: Connection) -> None:
             transaction_per_migration=True,
             compare_type=True,
             render_item=_render_item,
+            include_object=include_object,
         )
         with context.begin_transaction():
             context.run_migrations()
