@@ -1,7 +1,7 @@
 """fair queue groups and webhook rate buckets
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-23 19:40:00.000000
 """
 

@@ -1,7 +1,7 @@
 """login throttle; failed attempts are counted there, not on the user
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-11-23 19:50:00.000000
 """
 

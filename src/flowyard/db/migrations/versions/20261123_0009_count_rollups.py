@@ -2,7 +2,7 @@
 covering indexes of the daily rows by day
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-23 20:45:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
