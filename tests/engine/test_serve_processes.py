@@ -88,9 +88,9 @@ class Serve:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log()
             try:
-                if httpx.get(f"{self.base}/health/ready", timeout=1).status_code == 200:
-                    if len(_api_pids(self.proc.pid)) == 2:
-                        return
+                ready = httpx.get(f"{self.base}/health/ready", timeout=1).status_code == 200
+                if ready and len(_api_pids(self.proc.pid)) == 2:
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
