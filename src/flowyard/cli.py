@@ -76,7 +76,7 @@ def main() -> None:
     "--api-processes",
     type=click.IntRange(min=1),
     default=None,
-    help="API processes on the one socket (default FLOWYARD_API_PROCESSES or one per CPU core).",
+    help="API processes on the one socket (default FLOWYARD_API_PROCESSES, else CPU cores - 1).",
 )
 def serve(
     host: str | None, port: int | None, no_engine: bool, no_migrate: bool, api_processes: int | None

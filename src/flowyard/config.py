@@ -77,8 +77,9 @@ class Settings(BaseSettings):
     api_processes: int | None = Field(
         None,
         ge=1,
-        description="API processes `flowyard serve` runs on its one listening socket. "
-        "Default: one per CPU core. 1: API and engine in a single process.",
+        description="API processes `flowyard serve` runs on its one listening socket, beside one "
+        "engine process. Default: one per CPU core but one (the engine and its runners keep a core). "
+        "1: API and engine in a single process.",
     )
     wait_poll_interval: float = Field(
         1.0,
@@ -199,7 +200,9 @@ class Settings(BaseSettings):
         return self.webhook_rate_burst or max(1, int(self.webhook_rate_limit))
 
     def api_process_count(self) -> int:
-        return self.api_processes or os.cpu_count() or 1
+        # The engine process and its runners need a core of their own; on 2 cores, splitting
+        # the API from the engine cost more CPU per webhook than it gained (docs/performance.md).
+        return self.api_processes or max(1, (os.cpu_count() or 1) - 1)
 
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1
