@@ -101,6 +101,18 @@ async def test_local_datagrams_reach_other_processes_and_stale_sockets_are_remov
     assert list(directory.iterdir()) == [], "sockets are removed on close"
 
 
+async def test_a_directory_others_may_enter_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    n = LocalNotifier(shared)
+    await n.start()
+    try:
+        assert not n.active and list(shared.iterdir()) == []
+    finally:
+        await n.close()
+
+
 def test_socket_directory_fits_a_unix_socket_address(tmp_path: Path) -> None:
     short = socket_directory(Path("/tmp/x/flowyard.db"))
     assert short == Path("/tmp/x/flowyard.db.notify")

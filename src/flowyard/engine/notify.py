@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -223,6 +224,11 @@ class LocalNotifier(Notifier):
 
     async def start(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.stat(self.directory, follow_symlinks=False)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            # Someone else's directory (say, planted in /tmp) could read or forge notices.
+            log.warning("%s is not a private directory of this user: notifications off", self.directory)
+            return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setblocking(False)
         path = str(self.directory / f"{os.getpid()}-{os.urandom(4).hex()}.sock")
