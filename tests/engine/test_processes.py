@@ -52,6 +52,9 @@ class Cluster:
             "FLOWYARD_SCHEDULER_INTERVAL": "0.2",
             "FLOWYARD_STOP_GRACE_SECONDS": "5",
             "FLOWYARD_LOG_LEVEL": "warning",
+            # One process per `serve`, whatever the machine's cores: these tests look at the
+            # engine's own children (test_serve_processes covers the multi-process serve).
+            "FLOWYARD_API_PROCESSES": "1",
         }
         self.base = f"http://127.0.0.1:{self.port}"
 
