@@ -71,6 +71,11 @@ async def test_hub_answers_a_waiter_that_registers_after_the_notice() -> None:
     assert fut.done() and fut.result() == ("succeeded", {"data": 2}, None)
     hub.forget("e1")
     assert not hub.register("e1").done()
+    # Outcomes of this process's worker may be large: a late waiter is told to read the row.
+    waiting = hub.register("e2")
+    hub.finish([("e2", ("succeeded", {"big": "x" * 100}, None))], remember=False)
+    assert waiting.result() == ("succeeded", {"big": "x" * 100}, None)
+    assert hub.register("e2").result() is None
 
 
 async def test_local_datagrams_reach_other_processes_and_stale_sockets_are_removed(tmp_path: Path) -> None:

@@ -47,10 +47,12 @@ class CompletionHub:
         """These executions finished; waiters read the outcome themselves."""
         self.finish((eid, None) for eid in execution_ids)
 
-    def finish(self, items: Iterable[tuple[str, Result | None]]) -> None:
+    def finish(self, items: Iterable[tuple[str, Result | None]], *, remember: bool = True) -> None:
+        """Complete the waiters of these executions. ``remember=False``: the outcomes may be
+        large, so a late waiter is only told "finished" (and reads the row)."""
         recent = self._recent
         for eid, result in items:
-            recent[eid] = result
+            recent[eid] = result if remember else None
             for fut in self._waiters.pop(eid, ()):
                 if not fut.done():
                     fut.set_result(result)

@@ -232,7 +232,8 @@ class Worker:
         self.completed += len(batch) - len(lost)
         self.notifier.committed(messages)
         self.hub.finish(
-            (o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held
+            ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
+            remember=False,
         )
 
     async def _renewer(self) -> None:
