@@ -4,6 +4,7 @@ generator and percentile maths. Everything talks to 127.0.0.1 only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -76,23 +77,34 @@ class Server:
 
     def _sample_rss(self) -> None:
         assert self.proc is not None
-        p = psutil.Process(self.proc.pid)
         while self._sampling:
             try:
-                self.peak_rss = max(self.peak_rss, p.memory_info().rss)
+                self.peak_rss = max(self.peak_rss, self.rss())
             except psutil.Error:
                 return
             time.sleep(0.2)
 
-    def rss(self) -> int:
+    def _tree(self) -> list[psutil.Process]:
+        """The server and all its processes (API processes, engine, runners)."""
         assert self.proc is not None
-        return int(psutil.Process(self.proc.pid).memory_info().rss)
+        root = psutil.Process(self.proc.pid)
+        return [root, *root.children(recursive=True)]
+
+    def rss(self) -> int:
+        total = 0
+        for p in self._tree():
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        return total
 
     def cpu(self) -> float:
-        """CPU seconds (user + system) the server has used so far."""
-        assert self.proc is not None
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return float(t.user + t.system)
+        """CPU seconds (user + system) the server's process tree has used so far."""
+        total = 0.0
+        for p in self._tree():
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
 
     def stop(self) -> None:
         self._sampling = False

@@ -4,7 +4,9 @@ under 32 concurrent clients for 20 s against `flowyard serve` on SQLite.
 Prints accepted webhooks/s, p50/p99 latency, completed executions/s, the lag
 from acceptance to completion, RSS, and checks every accepted webhook completed.
 
-    .venv/bin/python bench/webhooks.py [--clients 32] [--seconds 20]
+    .venv/bin/python bench/webhooks.py [--clients 32] [--seconds 20] [--wait 5] [--api-processes N]
+
+CPU and RSS are those of the server's whole process tree (API processes, engine, runners).
 """
 
 from __future__ import annotations
@@ -55,9 +57,24 @@ def main() -> None:
         action="store_true",
         help="Run the server without its engine: measures acceptance alone (nothing completes).",
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        help="Send ?wait=SECONDS: each request is answered with the flow's result (200).",
+    )
+    parser.add_argument(
+        "--api-processes",
+        type=int,
+        default=None,
+        help="flowyard serve --api-processes (default: the server's own, one per core).",
+    )
     args = parser.parse_args()
 
-    server = Server(args=("--no-engine",) if args.accept_only else ())
+    serve_args: tuple[str, ...] = ("--no-engine",) if args.accept_only else ()
+    if args.api_processes is not None:
+        serve_args += ("--api-processes", str(args.api_processes))
+    server = Server(args=serve_args)
     server.start()
     try:
         headers = server.login()
@@ -74,13 +91,14 @@ def main() -> None:
         payload = {"order": {"id": "A-1", "items": [{"price": 3}, {"price": 4}]}}
         rss_before = server.rss()
         cpu_before = server.cpu()
+        query = f"?wait={args.wait:g}" if args.wait else ""
         load = run_load(
             server.port,
-            post_request(f"/webhooks/{flow['id']}", lambda i: payload),
+            post_request(f"/webhooks/{flow['id']}{query}", lambda i: payload),
             clients=args.clients,
             seconds=args.seconds,
-            expect=202,
-            keep_bodies=True,
+            expect=200 if args.wait else 202,
+            keep_bodies=not args.wait,
         )
         cpu_load = server.cpu() - cpu_before
         accepted_ids = {orjson.loads(b)["data"]["executionId"] for b in load.responses}
@@ -122,8 +140,11 @@ def main() -> None:
     first_created = min(ts(r[2]) for r in rows)
     last_finished = max(ts(r[3]) for r in done)
     stored = {r[0] for r in rows}
-    print(f"clients {args.clients}, {load.seconds:.1f} s of load, server on SQLite (synchronous=FULL)")
-    print(f"accepted: {load.ok} ({load.rate:.0f}/s); non-202 answers: {load.errors or 'none'}")
+    mode = f"?wait={args.wait:g} (answered 200 with the result)" if args.wait else "answered 202"
+    print(
+        f"clients {args.clients}, {load.seconds:.1f} s of load, {mode}, server on SQLite (synchronous=FULL)"
+    )
+    print(f"accepted: {load.ok} ({load.rate:.0f}/s); other answers: {load.errors or 'none'}")
     print(f"webhook latency: {summary(load.latencies)}")
     print(
         f"completed: {len(done)} of {len(rows)} stored; "

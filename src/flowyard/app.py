@@ -19,6 +19,8 @@ from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import router as components_router
 from flowyard.engine.components import Registry
+from flowyard.engine.hub import CompletionHub
+from flowyard.engine.notify import Notifier, open_notifier
 from flowyard.engine.service import EngineServices
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
@@ -71,9 +73,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_db = db is None
         app.state.db = db or Database(settings.resolved_database_url())
+        notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
+        # Executions finished by any process complete this process's ?wait= requests.
+        notifier.subscribe(on_finished=app.state.hub.finish)
+        await notifier.start()
+        app.state.notifier = notifier
         engine = None
         if run_engine:
-            engine = EngineServices(app.state.db, settings, registry, box=box)
+            engine = EngineServices(
+                app.state.db, settings, registry, box=box, hub=app.state.hub, notifier=notifier
+            )
             await engine.start()
         app.state.engine = engine
         app.state.webhooks = WebhookBatcher(
@@ -81,6 +90,7 @@ def create_app(
             window_ms=settings.webhook_group_commit_ms,
             on_commit=engine.wake_worker if engine is not None else None,
             limits=WebhookLimits.from_settings(settings),
+            notifier=notifier,
         )
         try:
             yield
@@ -88,6 +98,7 @@ def create_app(
             await app.state.webhooks.close()
             if engine is not None:
                 await engine.stop()
+            await notifier.close()
             if own_db:
                 await app.state.db.dispose()
 
@@ -106,6 +117,8 @@ def create_app(
     app.state.secret_box = box
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     app.state.engine = None
+    app.state.hub = CompletionHub()
+    app.state.notifier = Notifier()
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
         app.state.webhooks = WebhookBatcher(

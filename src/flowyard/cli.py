@@ -72,12 +72,17 @@ def main() -> None:
 @click.option("--port", type=int, default=None, help="Port (default FLOWYARD_PORT or 8000).")
 @click.option("--no-engine", is_flag=True, help="Serve the API only; run `flowyard worker` elsewhere.")
 @click.option("--no-migrate", is_flag=True, help="Do not upgrade the database schema at start.")
-def serve(host: str | None, port: int | None, no_engine: bool, no_migrate: bool) -> None:
-    """Run the API, a worker and the scheduler in one process."""
-    import uvicorn
-
-    from flowyard.app import create_app
-
+@click.option(
+    "--api-processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="API processes on the one socket (default FLOWYARD_API_PROCESSES, else CPU cores - 1).",
+)
+def serve(
+    host: str | None, port: int | None, no_engine: bool, no_migrate: bool, api_processes: int | None
+) -> None:
+    """Run the API, the worker and the scheduler: with several API processes, a supervisor
+    starts them on one socket beside one engine process; with one, all in one process."""
     settings = _settings()
     _setup_logging(settings)
     if not no_migrate:
@@ -93,8 +98,48 @@ def serve(host: str | None, port: int | None, no_engine: bool, no_migrate: bool)
             )
 
     _with_db(settings, first_admin)
-    app = create_app(settings, run_engine=not no_engine)
-    uvicorn.run(
+    host = host or settings.host
+    port = port if port is not None else settings.port
+    count = api_processes or settings.api_process_count()
+    if count > 1:
+        from flowyard import supervisor
+
+        sys.exit(
+            supervisor.serve(
+                host=host,
+                port=port,
+                api_processes=count,
+                engine=not no_engine,
+                grace=settings.stop_grace_seconds,
+            )
+        )
+    _run_api(settings, run_engine=not no_engine, host=host, port=port)
+
+
+@main.command("_api", hidden=True)
+def api_child() -> None:
+    """An API process of `flowyard serve`, on the supervisor's socket."""
+    from flowyard import supervisor
+
+    settings = _settings()
+    _setup_logging(settings)
+    _run_api(settings, run_engine=False, sock=supervisor.inherited_socket())
+
+
+def _run_api(
+    settings: Settings,
+    *,
+    run_engine: bool,
+    host: str | None = None,
+    port: int | None = None,
+    sock: Any = None,
+) -> None:
+    import uvicorn
+
+    from flowyard.app import create_app
+
+    app = create_app(settings, run_engine=run_engine)
+    config = uvicorn.Config(
         app,
         host=host or settings.host,
         port=port if port is not None else settings.port,
@@ -104,6 +149,8 @@ def serve(host: str | None, port: int | None, no_engine: bool, no_migrate: bool)
         http="httptools",
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock] if sock is not None else None)
 
 
 @main.command()

@@ -74,13 +74,36 @@ class Settings(BaseSettings):
 
     # -- HTTP limits -------------------------------------------------------
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest accepted request body.")
+    api_processes: int | None = Field(
+        None,
+        ge=1,
+        description="API processes `flowyard serve` runs on its one listening socket, beside one "
+        "engine process. Default: one per CPU core but one (the engine and its runners keep a core). "
+        "1: API and engine in a single process.",
+    )
+    wait_poll_interval: float = Field(
+        1.0,
+        gt=0,
+        description="How often a `?wait=` webhook re-reads its execution when no completion notice came "
+        "(a backstop: the notice normally answers it).",
+    )
+    notify_database_url: str | None = Field(
+        None,
+        description="PostgreSQL only: a direct connection URL for the LISTEN connection when "
+        "FLOWYARD_DATABASE_URL points at PgBouncer in transaction mode. Default: FLOWYARD_DATABASE_URL.",
+    )
 
     # -- engine --------------------------------------------------------------
     worker_concurrency: int = Field(64, ge=1, description="Executions one worker runs at once.")
     lease_seconds: float = Field(
         30.0, gt=0, description="How long a claimed execution stays owned without renewal."
     )
-    poll_interval: float = Field(0.5, gt=0, description="Worker poll interval when nothing wakes it.")
+    poll_interval: float = Field(
+        2.0,
+        gt=0,
+        description="Worker poll interval when nothing wakes it: a backstop, as enqueues wake workers "
+        "through the notification channel.",
+    )
     scheduler_interval: float = Field(
         1.0, gt=0, description="How often the scheduler looks for due cron ticks."
     )
@@ -175,6 +198,11 @@ class Settings(BaseSettings):
 
     def webhook_burst(self) -> int:
         return self.webhook_rate_burst or max(1, int(self.webhook_rate_limit))
+
+    def api_process_count(self) -> int:
+        # The engine process and its runners need a core of their own; on 2 cores, splitting
+        # the API from the engine cost more CPU per webhook than it gained (docs/performance.md).
+        return self.api_processes or max(1, (os.cpu_count() or 1) - 1)
 
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1

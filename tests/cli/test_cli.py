@@ -40,6 +40,8 @@ def run(*args: str, env: dict[str, str] | None = None, ok: bool = True) -> subpr
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     paths = []
     for name, command in sorted(group.commands.items()):
+        if command.hidden:  # internal (`_api`: an API process of a multi-process serve)
+            continue
         paths.append((*prefix, name))
         if isinstance(command, click.Group):
             paths += _command_paths(command, (*prefix, name))

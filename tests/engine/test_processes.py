@@ -55,6 +55,9 @@ class Cluster:
             # One runner per worker: three workers with a runner per core start slowly on a busy
             # 2-core machine, and the lifecycle waits for a ready runner before activating flows.
             "FLOWYARD_RUNNERS": "1",
+            # One process per `serve`, whatever the machine's cores: these tests look at the
+            # engine's own children (test_serve_processes covers the multi-process serve).
+            "FLOWYARD_API_PROCESSES": "1",
         }
         self.base = f"http://127.0.0.1:{self.port}"
 

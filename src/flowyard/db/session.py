@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -66,6 +68,14 @@ class Database:
         # SQLite has one writer at a time anyway; queueing writers of this process
         # here is cheaper and fairer than SQLite's sleep-and-retry busy handler.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
+        # Between processes (the API processes and the engine of `flowyard serve`), an
+        # advisory file lock beside the database queues writers in the kernel: the next one
+        # runs the moment the lock is free, where SQLite's busy handler sleeps and retries
+        # (up to 100 ms a time).
+        self._file_lock: _FileLock | None = None
+        database = self.url.database
+        if self.is_sqlite and database and database != ":memory:" and "mode=memory" not in str(self.url):
+            self._file_lock = _FileLock(f"{database}-writelock")
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -91,7 +101,10 @@ class Database:
         lock = self._write_lock
         if lock is not None:
             await lock.acquire()
+        file_lock = self._file_lock
         try:
+            if file_lock is not None:
+                await file_lock.acquire()
             factory = self._write_sessions if durable else self._relaxed_sessions
             async with factory() as session:
                 try:
@@ -100,6 +113,8 @@ class Database:
                 except DBAPIError as exc:
                     raise _map_db_error(exc) from exc
         finally:
+            if file_lock is not None:
+                file_lock.release()
             if lock is not None:
                 lock.release()
 
@@ -113,6 +128,52 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._file_lock is not None:
+            self._file_lock.close()
+
+
+class _FileLock:
+    """An exclusive ``flock`` on a file, taken without blocking the event loop: at once when
+    free, else in a thread that the kernel wakes when the holder lets go (or dies)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._held = False
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._fd
+
+    async def acquire(self) -> None:
+        try:
+            fd = self._open()
+        except OSError:
+            return  # no lock file (read-only directory): SQLite's busy handler still serialises
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Shielded: a cancelled waiter must not leave a lock taken behind its back.
+            task = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                await asyncio.wait([task])
+                if not task.cancelled() and task.exception() is None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                raise
+        self._held = True
+
+    def release(self) -> None:
+        if self._held and self._fd is not None:
+            self._held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

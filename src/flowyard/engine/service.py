@@ -17,6 +17,7 @@ from flowyard.db.session import Database
 from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
+from flowyard.engine.notify import Notifier, open_notifier
 from flowyard.engine.worker import Worker
 from flowyard.secrets.crypto import SecretBox, load_key
 
@@ -32,13 +33,17 @@ class EngineServices:
         *,
         box: SecretBox,
         hub: CompletionHub | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.registry = registry
         self.box = box
         self.hub = hub or CompletionHub()
-        self.worker = Worker(db, settings, registry, box=box, hub=self.hub)
+        self.notifier = notifier or Notifier()
+        self.worker = Worker(db, settings, registry, box=box, hub=self.hub, notifier=self.notifier)
+        # Work enqueued by another process (an API process's webhook) wakes this worker at once.
+        self.notifier.subscribe(on_work=self.worker.wake)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,7 +130,11 @@ async def run_standalone(settings: Settings) -> None:
     """``flowyard worker``: the engine without the API, until SIGINT/SIGTERM."""
     db = Database(settings.resolved_database_url())
     key = settings.secret_key.get_secret_value() if settings.secret_key else None
-    engine = EngineServices(db, settings, Registry.load(), box=SecretBox(load_key(key, settings.data_dir)))
+    notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
+    await notifier.start()
+    engine = EngineServices(
+        db, settings, Registry.load(), box=SecretBox(load_key(key, settings.data_dir)), notifier=notifier
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -139,4 +148,5 @@ async def run_standalone(settings: Settings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await engine.stop()
+        await notifier.close()
         await db.dispose()

@@ -27,6 +27,7 @@ from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
+from flowyard.engine.notify import Notifier, finished_messages
 from flowyard.engine.pool import FlowSpec, RunnerPool
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
 from flowyard.flows.models import Flow
@@ -52,8 +53,10 @@ class Worker:
         box: SecretBox,
         hub: CompletionHub | None = None,
         pool: RunnerPool | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.box = box
+        self.notifier = notifier or Notifier()
         self.db = db
         self.settings = settings
         self.registry = registry
@@ -207,9 +210,15 @@ class Worker:
             batch = self._outcomes[:_FLUSH_BATCH]
             if not batch:
                 return
+            messages: list[bytes] = []
             try:
                 async with self.db.write(durable=False) as session:
                     held = await queue.complete(session, batch, worker_id=self.id)
+                    # Sent with the commit: API processes answer their ?wait= requests from it.
+                    messages = finished_messages(
+                        (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
+                    )
+                    await self.notifier.stage(session, messages)
             except Exception:
                 log.exception("recording %d outcomes failed; retrying", len(batch))
                 await asyncio.sleep(0.5)
@@ -221,7 +230,11 @@ class Worker:
                 "dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5]
             )
         self.completed += len(batch) - len(lost)
-        self.hub.notify(o.execution_id for o in batch)
+        self.notifier.committed(messages)
+        self.hub.finish(
+            ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
+            remember=False,
+        )
 
     async def _renewer(self) -> None:
         interval = self.settings.lease_seconds / 3
@@ -243,8 +256,12 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
+                messages: list[bytes] = []
                 async with self.db.write(durable=False) as session:
                     requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts)
+                    if dead:
+                        messages = finished_messages(e.id for e in dead)
+                        await self.notifier.stage(session, messages)
                     for e in dead:
                         session.add(
                             LogEntry(
@@ -261,6 +278,7 @@ class Worker:
                     log.warning("re-queued %d executions whose worker's lease expired", requeued)
                     self.wake()
                 if dead:
+                    self.notifier.committed(messages)
                     self.hub.notify(e.id for e in dead)
             except Exception:
                 log.exception("reaping expired leases failed")

@@ -12,6 +12,7 @@ from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.clock import utcnow
+from flowyard.engine.notify import WORK
 from flowyard.errors import InvalidInput, Problem
 from flowyard.executions import service
 from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
@@ -34,8 +35,11 @@ async def run_flow(
 ) -> JSONOut:
     check_id(id)
     payload = await read_json(request, required=False)
+    notifier = request.app.state.notifier
     async with db.write() as session:
         eid = await service.run_manually(session, caller, id, payload if payload is not None else {})
+        await notifier.stage(session, [WORK])
+    notifier.committed([WORK])
     engine = request.app.state.engine
     if engine is not None:
         engine.wake_worker()

@@ -74,11 +74,11 @@ class WebhookFastPath:
             if not message.get("more_body"):
                 break
         state = self.state
-        engine = getattr(state, "engine", None)
         return await handler.handle(
             db=state.db,
             batcher=state.webhooks,
-            hub=engine.hub if engine is not None else None,
+            hub=state.hub,
+            poll=state.settings.wait_poll_interval,
             flow_id=flow_id,
             content_type=content_type,
             raw=b"".join(chunks),

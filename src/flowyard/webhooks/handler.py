@@ -26,7 +26,6 @@ from flowyard.executions.models import Execution
 from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
 
 MAX_WAIT = 60.0
-_POLL = 0.2
 FINISHED = ("succeeded", "failed", "cancelled")
 
 
@@ -93,6 +92,7 @@ async def handle(
     wait: float | None,
     idempotency_key: str | None,
     signature: str | None,
+    poll: float = 1.0,
 ) -> Reply:
     """Store the trigger durably, then answer 202 (or, with ``wait``, the flow's reply)."""
     if not is_json_content_type(content_type):
@@ -126,7 +126,10 @@ async def handle(
     )
     if wait is None:
         return queued
-    finished = await wait_for_result(db, hub, accepted.execution_id, wait)
+    # A replayed request may name an execution that finished long ago: read it first.
+    finished = await wait_for_result(
+        db, hub, accepted.execution_id, wait, poll=poll, read_first=accepted.replayed or hub is None
+    )
     if finished is None:
         return queued
     status, result, _error = finished
@@ -150,36 +153,63 @@ def failed_message(execution_id: str, status: str) -> str:
 
 
 async def wait_for_result(
-    db: Database, hub: CompletionHub | None, execution_id: str, seconds: float
+    db: Database,
+    hub: CompletionHub | None,
+    execution_id: str,
+    seconds: float,
+    *,
+    poll: float = 1.0,
+    read_first: bool = True,
 ) -> tuple[str, Any, Any] | None:
-    """Wait until the execution finished; woken at once by a worker of this process,
-    and polling the database for work done by other processes."""
+    """Wait until the execution finished, or ``seconds`` passed (None).
+
+    The hub completes the wait when the execution finishes, whichever process ran
+    it (in-process, or through the cross-process notification), usually with the
+    outcome itself: no database read. The row is read only when the notice did not
+    carry the outcome, and every ``poll`` seconds as a backstop for a lost notice.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     fut = hub.register(execution_id) if hub is not None else None
     try:
+        if read_first or fut is None:
+            found = await _read_finished(db, execution_id)
+            if found is not None:
+                return found
         while True:
-            async with db.read() as session:
-                row = (
-                    await session.execute(
-                        sa.select(Execution.status, Execution.result, Execution.error).where(
-                            Execution.id == execution_id
-                        )
-                    )
-                ).first()
-            if row is not None and row[0] in FINISHED:
-                return row[0], row[1], row[2]
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(_POLL, remaining)):
-                    if fut is not None:
+            if fut is None:
+                await asyncio.sleep(min(poll, remaining))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(poll, remaining)):
                         await asyncio.shield(fut)
-                    else:
-                        await asyncio.sleep(_POLL)
+                if fut.done() and (carried := fut.result()) is not None:
+                    return carried
+            found = await _read_finished(db, execution_id)
+            if found is not None:
+                return found
             if hub is not None and fut is not None and fut.done():
+                # The notice was early (the row is not final: its outcome was dropped and the
+                # execution re-queued): wait for the next one.
+                hub.forget(execution_id)
                 fut = hub.register(execution_id)
     finally:
         if hub is not None and fut is not None:
             hub.discard(execution_id, fut)
+
+
+async def _read_finished(db: Database, execution_id: str) -> tuple[str, Any, Any] | None:
+    async with db.read() as session:
+        row = (
+            await session.execute(
+                sa.select(Execution.status, Execution.result, Execution.error).where(
+                    Execution.id == execution_id
+                )
+            )
+        ).first()
+    if row is not None and row[0] in FINISHED:
+        return row[0], row[1], row[2]
+    return None

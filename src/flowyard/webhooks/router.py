@@ -74,7 +74,8 @@ async def receive(
     reply = await handler.handle(
         db=state.db,
         batcher=state.webhooks,
-        hub=state.engine.hub if state.engine is not None else None,
+        hub=state.hub,
+        poll=state.settings.wait_poll_interval,
         flow_id=flowId,
         content_type=request.headers.get("content-type"),
         raw=await request.body(),

@@ -27,6 +27,7 @@ from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.session import Database
 from flowyard.engine import queue
+from flowyard.engine.notify import WORK, Notifier
 from flowyard.errors import (
     Conflict,
     FlowyardError,
@@ -188,8 +189,10 @@ class WebhookBatcher:
         window_ms: float,
         on_commit: Callable[[], None] | None = None,
         limits: WebhookLimits | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.db = db
+        self.notifier = notifier or Notifier()
         self.limits = limits or WebhookLimits()
         self.window = window_ms / 1000
         self.on_commit = on_commit
@@ -232,6 +235,9 @@ class WebhookBatcher:
         try:
             async with self.db.write() as session:
                 outcomes = await accept_batch(session, batch, self.limits)
+                fresh = any(isinstance(o, Accepted) and not o.replayed for o in outcomes.values())
+                if fresh:  # wakes the engines, whichever process they run in, once this commits
+                    await self.notifier.stage(session, [WORK])
         except Exception as exc:
             if len(batch) > 1:
                 # One poisoned request must not fail its neighbours: retry them one by one.
@@ -251,8 +257,10 @@ class WebhookBatcher:
                 req.future.set_result(result)
             else:
                 req.future.set_exception(result or StorageUnavailable())
-        if accepted and self.on_commit is not None:
-            self.on_commit()
+        if accepted:
+            self.notifier.committed([WORK])
+            if self.on_commit is not None:
+                self.on_commit()
 
 
 async def accept_batch(

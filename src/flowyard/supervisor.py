@@ -1,0 +1,150 @@
+"""``flowyard serve`` on every core: one listening socket, N API processes, one engine.
+
+The supervisor binds the socket once and starts its children with it inherited:
+``N`` API processes (``flowyard _api``: the API without the engine, all accepting
+on the same socket, the kernel spreading connections) and, unless ``--no-engine``,
+exactly one engine process (``flowyard worker``: worker with its runner pool,
+scheduler, lifecycle reconciler, pruner). Children are told about each other's
+commits through the notification channel (``flowyard.engine.notify``); all state
+they share is in the database, so any child may die at any moment.
+
+The supervisor restarts a child that died, forwards SIGTERM/SIGINT to all of them
+and exits once they are done. It holds no database connection and runs no flow:
+it is a plain loop over ``subprocess.Popen`` (uvicorn's own multiprocess
+supervisor only knows identical API workers, not the engine beside them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("flowyard.supervisor")
+
+_FD_ENV = "FLOWYARD_LISTEN_FD"
+_RESTART_BACKOFF = (0.5, 1.0, 2.0, 5.0)
+_PR_SET_PDEATHSIG = 1
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The one listening socket every API process accepts on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def inherited_socket() -> socket.socket:
+    """In an API child: the supervisor's listening socket."""
+    return socket.socket(fileno=int(os.environ[_FD_ENV]))
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # Linux: a SIGKILLed supervisor takes its children with it instead of orphaning them.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    failures: int = 0
+    restarts: int = 0
+
+
+class Supervisor:
+    def __init__(self, *, sock: socket.socket, api_processes: int, engine: bool, grace: float) -> None:
+        self.sock = sock
+        self.grace = grace
+        exe = [sys.executable, "-m", "flowyard.cli"]
+        self.children = [Child(f"api-{i}", [*exe, "_api"]) for i in range(api_processes)]
+        if engine:
+            self.children.append(Child("engine", [*exe, "worker"]))
+        self._stopping = False
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        for child in self.children:
+            self._spawn(child)
+        host, port = self.sock.getsockname()[:2]
+        log.info(
+            "serving on %s:%s with %d API processes%s",
+            host,
+            port,
+            sum(c.name.startswith("api") for c in self.children),
+            " and one engine process" if any(c.name == "engine" for c in self.children) else "",
+        )
+        try:
+            while not self._stopping:
+                self._reap_and_restart()
+                time.sleep(0.2)
+        finally:
+            self._stop_all()
+            self.sock.close()
+        return 0
+
+    def pids(self) -> dict[str, int]:
+        return {c.name: c.proc.pid for c in self.children if c.proc is not None}
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._stopping = True
+
+    def _spawn(self, child: Child) -> None:
+        fd = self.sock.fileno()
+        env = {**os.environ, _FD_ENV: str(fd), "FLOWYARD_CHILD_NAME": child.name}
+        child.proc = subprocess.Popen(
+            child.argv, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent, close_fds=True
+        )
+        child.started = time.monotonic()
+        log.info("started %s (pid %d)", child.name, child.proc.pid)
+
+    def _reap_and_restart(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            proc = child.proc
+            if proc is None or proc.poll() is None:
+                continue
+            # A child that keeps dying at once is restarted with growing pauses, not in a hot loop.
+            if now - child.started > 30:
+                child.failures = 0
+            delay = _RESTART_BACKOFF[min(child.failures, len(_RESTART_BACKOFF) - 1)]
+            if now - child.started < delay:
+                continue
+            log.warning("%s (pid %d) exited with %s; restarting", child.name, proc.pid, proc.returncode)
+            child.failures += 1
+            child.restarts += 1
+            self._spawn(child)
+
+    def _stop_all(self) -> None:
+        live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace + 10
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d did not stop in time; killing it", proc.pid)
+                proc.kill()
+                proc.wait()
+
+
+def serve(*, host: str, port: int, api_processes: int, engine: bool, grace: float) -> int:
+    sock = bind(host, port)
+    return Supervisor(sock=sock, api_processes=api_processes, engine=engine, grace=grace).run()
