@@ -462,23 +462,24 @@ class RunnerPool:
                     continue  # it died between our reads; _bury handles it
 
     def _watch_one(self, r: _Runner, now: float, limit_rss: int) -> None:
+        # None: the runner is in the middle of a write (perhaps descheduled there), so it is
+        # in our code, not a flow's: CPU and memory are judged at the next tick.
         reading = r.slot.read()
-        if reading is None:
-            return  # the runner is in the middle of writing its slot (or was descheduled there)
-        seq, deadline, node = reading.seq, reading.cpu_deadline_ns, reading.node
-        if seq:
+        seq = reading.seq if reading is not None else 0
+        node = reading.node if reading is not None else 0
+        if reading is not None and seq:
             cpu = _thread_cpu_ns(r.pid)
             # Unchanged since the reading: the execution has been on the CPU all along, from
             # the moment it entered with this deadline until after the clock was read.
-            if cpu > deadline and r.slot.unchanged(reading):
+            if cpu > reading.cpu_deadline_ns and r.slot.unchanged(reading):
                 self._kill(r, seq, node, "cpu")
                 return
             r.stalled = r.busy_since == reading.generation
             r.busy_since = reading.generation
-        else:
+        elif reading is not None:
             r.stalled = False
             r.busy_since = None
-        if _rss(r.pid) > limit_rss:
+        if reading is not None and _rss(r.pid) > limit_rss:
             self._kill(r, seq, node, "memory")
             return
         for job in r.jobs.values():
