@@ -18,7 +18,7 @@ import asyncio
 import struct
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -27,9 +27,6 @@ from flowyard.engine.records import Claimed, Outcome, StepRecord
 FRAME = struct.Struct("<I")
 MAX_FRAME = 512 * 1024 * 1024
 
-# seq running now (0: none) | CPU deadline, ns of the runner's main-thread CPU clock |
-# node index + 1 (0: none) | verdict the runner reached about itself
-SLOT = struct.Struct("<QqII")
 VERDICT_NONE, VERDICT_CPU, VERDICT_MEMORY = 0, 1, 2
 VERDICTS = {VERDICT_CPU: "cpu", VERDICT_MEMORY: "memory"}
 
@@ -58,29 +55,99 @@ async def read_frame(reader: asyncio.StreamReader) -> list[Any]:
     return messages
 
 
-class Slot:
-    """The shared slot, over any writable buffer (an mmap of the memfd)."""
+class Reading(NamedTuple):
+    """One consistent state of a slot: what a single write left there."""
 
-    __slots__ = ("buf",)
+    seq: int  # the execution on the runner's CPU (0: none)
+    cpu_deadline_ns: int  # until this value of the runner's main-thread CPU clock
+    node: int  # its step: node index + 1 (0: none)
+    verdict: int  # what the runner concluded about itself before it died
+    generation: int  # how many writes came before (even: none under way)
+
+
+# The slot is five 8-byte words: generation | seq | CPU deadline | node | verdict. A word is
+# stored and loaded whole (an aligned 8-byte access, one instruction), but a record of
+# several words is not: the runner can be descheduled between two of its stores, for as
+# long as the host likes. So the slot is a seqlock. The runner, its only writer, makes the
+# generation odd before it writes and even again after; the engine keeps a reading only if
+# the generation was even before it and unchanged after it. (x86-64 keeps stores, and loads,
+# in program order; that is what makes the ordering hold without fences.)
+_GEN, _SEQ, _DEADLINE, _NODE, _VERDICT = range(5)
+SLOT_SIZE = 5 * 8
+_READ_TRIES = 3
+
+
+class Slot:
+    """The shared slot, over a writable buffer of SLOT_SIZE bytes (an mmap of the memfd)."""
+
+    __slots__ = ("_buf", "_gen", "_words")
 
     def __init__(self, buf: Any) -> None:
-        self.buf = buf
+        self._buf = buf
+        self._words = memoryview(buf).cast("q")
+        self._gen = self._words[_GEN]  # only the writer uses it: its own count
+
+    # -- the runner writes ----------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self._gen += 1
+        self._words[_GEN] = self._gen
+
+    def _end(self) -> None:
+        self._gen += 1
+        self._words[_GEN] = self._gen
 
     def enter(self, seq: int, cpu_deadline_ns: int, node: int) -> None:
-        SLOT.pack_into(self.buf, 0, seq, cpu_deadline_ns, node, VERDICT_NONE)
+        w, gen = self._words, self._gen  # _begin() and _end() inlined: once per resume
+        w[_GEN] = gen + 1
+        w[_SEQ] = seq
+        w[_DEADLINE] = cpu_deadline_ns
+        w[_NODE] = node
+        w[_VERDICT] = VERDICT_NONE
+        w[_GEN] = self._gen = gen + 2
 
     def leave(self) -> None:
-        struct.pack_into("<Q", self.buf, 0, 0)
+        w, gen = self._words, self._gen
+        w[_GEN] = gen + 1
+        w[_SEQ] = 0
+        w[_GEN] = self._gen = gen + 2
 
     def step(self, node: int) -> None:
-        struct.pack_into("<I", self.buf, 16, node)
+        self._begin()
+        self._words[_NODE] = node
+        self._end()
 
     def verdict(self, seq: int, node: int, verdict: int) -> None:
-        SLOT.pack_into(self.buf, 0, seq, 0, node, verdict)
+        w = self._words
+        self._begin()
+        w[_SEQ] = seq
+        w[_DEADLINE] = 0
+        w[_NODE] = node
+        w[_VERDICT] = verdict
+        self._end()
 
-    def read(self) -> tuple[int, int, int, int]:
-        seq, deadline, node, verdict = SLOT.unpack_from(self.buf, 0)
-        return seq, deadline, node, verdict
+    # -- the engine reads -------------------------------------------------------------------
+
+    def read(self) -> Reading | None:
+        """The slot as the last complete write left it; None while a write is under way
+        (the runner may be descheduled in the middle of one: look again later)."""
+        w = self._words
+        for _ in range(_READ_TRIES):
+            gen = w[_GEN]
+            if gen & 1:
+                continue
+            reading = Reading(w[_SEQ], w[_DEADLINE], w[_NODE], w[_VERDICT], gen)
+            if w[_GEN] == gen:
+                return reading
+        return None
+
+    def unchanged(self, reading: Reading) -> bool:
+        """Nothing was written since ``reading``: whoever it showed on the CPU is still there."""
+        return bool(self._words[_GEN] == reading.generation)
+
+    def close(self) -> None:
+        self._words.release()
+        self._buf.close()
 
 
 # -- executions across the pipe ------------------------------------------------------

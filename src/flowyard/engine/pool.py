@@ -36,7 +36,7 @@ from pydantic import SecretStr
 
 from flowyard.config import Settings
 from flowyard.engine.ipc import (
-    SLOT,
+    SLOT_SIZE,
     VERDICTS,
     ProtocolError,
     Slot,
@@ -139,7 +139,7 @@ class _Job:
 @dataclass(eq=False)
 class _Runner:
     index: int
-    buf: mmap.mmap
+    slot: Slot
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     dead: bool = False
@@ -148,13 +148,9 @@ class _Runner:
     outbox: list[Any] = field(default_factory=list)
     kill_reason: tuple[int, int, str] | None = None  # (seq, node, limit) decided here
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_TAIL))
-    busy_since: tuple[int, int] | None = None  # (seq, deadline) seen busy at the last watch
+    busy_since: int | None = None  # generation of the slot seen busy at the last watch
     stalled: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @property
-    def slot(self) -> Slot:
-        return Slot(self.buf)
 
     @property
     def pid(self) -> int:
@@ -288,8 +284,8 @@ class RunnerPool:
             await asyncio.sleep(delay)
         fd = os.memfd_create(f"flowyard-runner-{index}")
         try:
-            os.ftruncate(fd, SLOT.size)
-            r = _Runner(index, mmap.mmap(fd, SLOT.size))
+            os.ftruncate(fd, SLOT_SIZE)
+            r = _Runner(index, Slot(mmap.mmap(fd, SLOT_SIZE)))
             r.proc = await _start_process(fd)
         except OSError as exc:  # fork or exec failed (out of processes, memory): try again later
             log.error("cannot start runner %d: %s", index, exc)
@@ -380,8 +376,9 @@ class RunnerPool:
                 await asyncio.wait_for(task, 1.0)
         if self._closing:
             return
-        seq, _deadline, node, verdict = r.slot.read()
-        r.buf.close()
+        # Unreadable only if it died in the middle of a write: then the slot names nobody.
+        seq, _deadline, node, verdict, _gen = r.slot.read() or (0, 0, 0, 0, 0)
+        r.slot.close()
         reason = r.kill_reason
         if reason is None and verdict in VERDICTS:
             reason = (seq, node, VERDICTS[verdict])
@@ -465,19 +462,25 @@ class RunnerPool:
                     continue  # it died between our reads; _bury handles it
 
     def _watch_one(self, r: _Runner, now: float, limit_rss: int) -> None:
-        seq, deadline, node, _verdict = r.slot.read()
-        if seq:
+        # None: the runner is in the middle of a write (perhaps descheduled there), so it is
+        # in our code, not a flow's: CPU and memory are judged at the next tick.
+        reading = r.slot.read()
+        seq = reading.seq if reading is not None else 0
+        node = reading.node if reading is not None else 0
+        if reading is not None and seq:
             cpu = _thread_cpu_ns(r.pid)
-            if cpu > deadline and r.slot.read()[:2] == (seq, deadline):
+            # Unchanged since the reading: the execution has been on the CPU all along, from
+            # the moment it entered with this deadline until after the clock was read.
+            if cpu > reading.cpu_deadline_ns and r.slot.unchanged(reading):
                 self._kill(r, seq, node, "cpu")
                 return
-            r.stalled = r.busy_since == (seq, deadline)
-            r.busy_since = (seq, deadline)
-        else:
+            r.stalled = r.busy_since == reading.generation
+            r.busy_since = reading.generation
+        elif reading is not None:
             r.stalled = False
             r.busy_since = None
-        if _rss(r.pid) > limit_rss:
-            self._kill(r, seq, r.slot.read()[2] if seq else 0, "memory")
+        if reading is not None and _rss(r.pid) > limit_rss:
+            self._kill(r, seq, node, "memory")
             return
         for job in r.jobs.values():
             if now > job.deadline:
