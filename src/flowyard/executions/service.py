@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import ids
 from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat, utcnow
 from flowyard.engine import queue
@@ -194,10 +195,7 @@ async def get_execution(
     session: AsyncSession, principal: Principal, execution_id: str
 ) -> tuple[Execution, Sequence[ExecutionStep]]:
     principal.require(perms.FLOWS_READ)
-    if not is_valid_id(execution_id):
-        raise InvalidInput(
-            f"Invalid execution id {execution_id[:64]!r}: expected 24 hex characters.", field="id"
-        )
+    ids.check_id(execution_id, "execution")
     e = await session.scalar(
         sa.select(Execution).where(Execution.id == execution_id, visible_clause(principal))
     )

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import ids
 from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
 from flowyard.db.dialect import dialect_name
@@ -23,7 +24,7 @@ from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
-from flowyard.ids import is_valid_id, new_id
+from flowyard.ids import new_id
 
 FLOW_FILTERS = frozenset({"status", "type", "user"})
 FLOW_SORTS = frozenset({"createdAt", "updatedAt", "name"})
@@ -39,8 +40,7 @@ _TYPE_FILTER = {"ordinary": "ordinary", "realtime": "realtime", "long_running": 
 
 
 def check_id(flow_id: str) -> None:
-    if not is_valid_id(flow_id):
-        raise InvalidInput(f"Invalid flow id {flow_id[:64]!r}: expected 24 hex characters.", field="id")
+    ids.check_id(flow_id, "flow")
 
 
 def not_found(flow_id: str) -> NotFound:

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import ids
 from flowyard.api.listing import ListQuery, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
 from flowyard.db.dialect import dialect_name
@@ -38,10 +39,7 @@ _FROM_TEMPLATE_KEYS = frozenset({"name", "description", "cron", "fields"})
 
 
 def check_id(template_id: str) -> None:
-    if not is_valid_id(template_id):
-        raise InvalidInput(
-            f"Invalid template id {template_id[:64]!r}: expected 24 hex characters.", field="id"
-        )
+    ids.check_id(template_id, "template")
 
 
 def not_found(template_id: str) -> NotFound:
