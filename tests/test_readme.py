@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.engine.test_processes import _free_port
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -47,16 +48,10 @@ def json_documents(text: str) -> list[Any]:
         docs.append(doc)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     """`flowyard serve` in tmp_path with the defaults of `make run`; yields host:port."""
-    port = free_port()
+    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWYARD_")}
     env["FLOWYARD_PORT"] = str(port)
     env["FLOWYARD_LOG_LEVEL"] = "warning"

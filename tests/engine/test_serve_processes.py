@@ -20,11 +20,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from flowyard.db.session import Database
 from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
-from tests.conftest import truncate
-from tests.engine.test_processes import ADMIN, _free_port
+from tests.engine.test_processes import ADMIN, _empty, _free_port, _query
 
 pytestmark = [pytest.mark.slow]
 FINAL = ("succeeded", "failed", "cancelled")
@@ -107,26 +105,6 @@ class Serve:
             code = None
         self.out.close()
         return code
-
-
-def _query(url: str, stmt: Any) -> list[Any]:
-    async def run() -> list[Any]:
-        db = Database(url)
-        try:
-            async with db.read() as session:
-                return list((await session.execute(stmt)).all())
-        finally:
-            await db.dispose()
-
-    return asyncio.run(run())
-
-
-async def _empty(url: str) -> None:
-    db = Database(url)
-    try:
-        await truncate(db)
-    finally:
-        await db.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
