@@ -15,15 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from flowyard.clock import utcnow
 from flowyard.config import Settings
-from flowyard.engine import builtins
-from flowyard.engine.components import Registry
 from flowyard.engine.netpolicy import NetworkPolicy, build_client, classify
-from flowyard.engine.queue import Claimed, Outcome
-from flowyard.engine.runner import CompiledFlow, run_execution
+from flowyard.engine.queue import Outcome
 from tests.conftest import Account, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
+from tests.engine.test_graph import run
 from tests.netfixtures import MakeClient, configured, redirect_path, upstream_server
 
 __all__ = ["configured"]
@@ -152,34 +149,10 @@ def test_allow_networks_setting_parses_lists() -> None:
 
 # -- the http component through the shared client, without a database -----------------
 
-REGISTRY = Registry({c.id: c for c in builtins.ALL})
-
 
 async def run_http(client: httpx.AsyncClient, settings: Settings, url: str) -> Outcome:
-    flow = CompiledFlow.compile(
-        flow_id="f" * 24,
-        version=1,
-        tenant="t1",
-        owner_user="u1",
-        graph={
-            "nodes": [{"id": "in"}, {"id": "h", "componentId": "http", "fields": {"url": url}}],
-            "edges": [{"source": "in", "target": "h"}],
-        },
-        registry=REGISTRY,
-    )
-    claimed = Claimed(
-        id="e" * 24,
-        flow_id="f" * 24,
-        flow_version=1,
-        tenant="t1",
-        owner_user="u1",
-        trigger="webhook",
-        input={},
-        attempts=1,
-        created_at=utcnow(),
-        scheduled_for=None,
-    )
-    return await run_execution(flow, claimed, settings=settings, http=client)
+    nodes = [{"id": "in"}, {"id": "h", "componentId": "http", "fields": {"url": url}}]
+    return await run(client, nodes, [{"source": "in", "target": "h"}], {}, settings)
 
 
 class StubResolver:
