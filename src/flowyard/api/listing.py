@@ -7,12 +7,13 @@ Parsed from the raw query string so bracketed names work and unknown
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import sqlalchemy as sa
 from fastapi import Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from flowyard.errors import InvalidInput, Problem
@@ -191,3 +192,19 @@ Search = Annotated[
         description="Case-insensitive literal substring of the name or description.",
     ),
 ]
+
+
+Row = TypeVar("Row")
+
+
+async def id_page(
+    session: AsyncSession, model: type[Row], *where: Any, limit: int, offset: int
+) -> tuple[Sequence[Row], int]:
+    """One page of ``model`` rows matching ``where`` in id order, and how many match in all."""
+    total = await session.scalar(sa.select(sa.func.count()).select_from(model).where(*where)) or 0
+    if total == 0 or offset >= total:
+        return [], total
+    rows = await session.scalars(
+        sa.select(model).where(*where).order_by(model.id).offset(offset).limit(limit)  # type: ignore[attr-defined]
+    )
+    return rows.all(), total

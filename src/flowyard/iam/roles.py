@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.api.listing import id_page
 from flowyard.clock import utcnow
 from flowyard.errors import Conflict, InvalidInput, NotFound
 from flowyard.iam import permissions as perms
@@ -129,9 +130,7 @@ async def list_roles(
 ) -> tuple[Sequence[Role], int]:
     policy.require(principal, Action.ROLE_READ)
     where = _visible_clause(principal)
-    total = await session.scalar(sa.select(sa.func.count()).select_from(Role).where(where)) or 0
-    rows = await session.scalars(sa.select(Role).where(where).order_by(Role.id).offset(offset).limit(limit))
-    return rows.all(), total
+    return await id_page(session, Role, where, limit=limit, offset=offset)
 
 
 async def get_role(session: AsyncSession, principal: Principal, role_id: str) -> Role:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.api.listing import id_page
 from flowyard.clock import utcnow
 from flowyard.errors import Conflict, InvalidInput, NotFound
 from flowyard.iam import policy
@@ -56,8 +57,4 @@ async def list_tenants(
         where = Tenant.id == principal.tenant_id
     else:
         where = sa.false()
-    total = await session.scalar(sa.select(sa.func.count()).select_from(Tenant).where(where)) or 0
-    rows = await session.scalars(
-        sa.select(Tenant).where(where).order_by(Tenant.id).offset(offset).limit(limit)
-    )
-    return rows.all(), total
+    return await id_page(session, Tenant, where, limit=limit, offset=offset)

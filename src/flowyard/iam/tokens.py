@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.api.listing import id_page
 from flowyard.clock import as_utc, utcnow
 from flowyard.config import Settings
 from flowyard.errors import Forbidden, InvalidInput, NotFound, Unauthorized
@@ -224,9 +225,7 @@ async def list_tokens(
 ) -> tuple[Sequence[Token], int]:
     """The caller's own tokens."""
     where = Token.user_id == principal.user_id
-    total = await session.scalar(sa.select(sa.func.count()).select_from(Token).where(where)) or 0
-    rows = await session.scalars(sa.select(Token).where(where).order_by(Token.id).offset(offset).limit(limit))
-    return rows.all(), total
+    return await id_page(session, Token, where, limit=limit, offset=offset)
 
 
 async def delete_token(session: AsyncSession, principal: Principal, token_id: str) -> None:

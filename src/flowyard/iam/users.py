@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.api.listing import id_page
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
@@ -51,9 +52,7 @@ async def list_users(
     where = [_visible_clause(principal)]
     if username:
         where.append(User.username == username.strip().lower())
-    total = await session.scalar(sa.select(sa.func.count()).select_from(User).where(*where)) or 0
-    rows = await session.scalars(sa.select(User).where(*where).order_by(User.id).offset(offset).limit(limit))
-    return rows.all(), total
+    return await id_page(session, User, *where, limit=limit, offset=offset)
 
 
 def _check_status(status: object) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.api.listing import id_page
 from flowyard.clock import isoformat, utcnow
 from flowyard.errors import Forbidden, InvalidInput, NotFound
 from flowyard.iam.principal import Principal
@@ -73,11 +74,7 @@ async def list_secrets(
 ) -> tuple[Sequence[Secret], int]:
     principal.require(SECRET_READ)
     where = _visible(principal)
-    total = await session.scalar(sa.select(sa.func.count()).select_from(Secret).where(where)) or 0
-    rows = await session.scalars(
-        sa.select(Secret).where(where).order_by(Secret.id).offset(offset).limit(limit)
-    )
-    return rows.all(), total
+    return await id_page(session, Secret, where, limit=limit, offset=offset)
 
 
 async def delete(session: AsyncSession, principal: Principal, secret_id: str) -> None:
