@@ -115,7 +115,7 @@ async def publish(message: Message, ctx: StepContext) -> Message:
         app_id="flowyard",
     )
     creds = ctx.credentials or {}
-    key = credential_key("amqp", creds)
+    key = credential_key("amqp", creds, ctx.settings)
     try:
         async with (
             asyncio.timeout(f.timeout),

@@ -107,17 +107,20 @@ def tls_context(credentials: dict[str, Any] | None) -> ssl.SSLContext:
     return context
 
 
-def credential_key(component: str, credentials: dict[str, Any]) -> str:
-    """Pools are shared by equal credentials (same server, same account), never across them."""
+def credential_key(component: str, credentials: dict[str, Any], settings: Settings) -> str:
+    """Pools are shared by equal credentials (same server, same account) under the same outbound
+    policy, never across them."""
+    policy = [settings.http_allow_networks, str(settings.sql_sqlite_dir)]
     return hashlib.sha256(
-        component.encode() + b"\0" + orjson.dumps(credentials, option=orjson.OPT_SORT_KEYS)
+        orjson.dumps([component, credentials, policy], option=orjson.OPT_SORT_KEYS)
     ).hexdigest()
 
 
 class _Entry(Generic[T]):
-    __slots__ = ("last_used", "ready", "users", "value")
+    __slots__ = ("idle", "last_used", "ready", "users", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, idle: float) -> None:
+        self.idle = idle
         self.value: T | None = None
         self.ready = asyncio.Event()
         self.users = 0
@@ -148,7 +151,7 @@ class Pools(Generic[T]):
         entries = self._entries()
         entry = entries.get(key)
         if entry is None:
-            entry = entries[key] = _Entry()
+            entry = entries[key] = _Entry(idle)
             try:
                 entry.value = await create()
             except BaseException:
@@ -156,7 +159,7 @@ class Pools(Generic[T]):
                 entry.ready.set()
                 raise
             entry.ready.set()
-            self._reap_later(idle)
+            self._reap_later()
         else:
             await entry.ready.wait()
             if entries.get(key) is not entry:  # its creation failed: try once more, ourselves
@@ -190,20 +193,22 @@ class Pools(Generic[T]):
         except Exception:  # closing a broken connection may fail; it is gone either way
             pass
 
-    def _reap_later(self, idle: float) -> None:
+    def _reap_later(self) -> None:
         loop = asyncio.get_running_loop()
         task = self._reapers.get(loop)
         if task is None or task.done():
-            self._reapers[loop] = loop.create_task(self._reap(idle))
+            self._reapers[loop] = loop.create_task(self._reap())
 
-    async def _reap(self, idle: float) -> None:
+    async def _reap(self) -> None:
+        """Runs while this loop has pools: wakes at most once a second, closes the idle ones."""
         entries = self._entries()
         while entries:
-            await asyncio.sleep(max(idle / 4, 0.05))
+            await asyncio.sleep(min(1.0, min(e.idle for e in entries.values()) / 4))
             now = time.monotonic()
             for key, entry in list(entries.items()):
-                if entry.users == 0 and entry.ready.is_set() and now - entry.last_used >= idle:
-                    del entries[key]
+                if entry.users == 0 and entry.ready.is_set() and now - entry.last_used >= entry.idle:
+                    if entries.get(key) is entry:
+                        del entries[key]
                     if entry.value is not None:
                         await self._quiet_close(entry.value)
 

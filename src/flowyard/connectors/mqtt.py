@@ -89,7 +89,7 @@ async def publish(message: Message, ctx: StepContext) -> Message:
         raise ComponentError(f"mqtt: {topic!r} is not a topic to publish to")
     payload = as_bytes(data if f.payload is None else render(f.payload, data))
     creds = ctx.credentials or {}
-    key = credential_key("mqtt", creds)
+    key = credential_key("mqtt", creds, ctx.settings)
     try:
         async with (
             asyncio.timeout(f.timeout),

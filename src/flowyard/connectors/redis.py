@@ -112,7 +112,7 @@ async def _call(message: Message, ctx: StepContext, function: str) -> Message:
     value = data if f.value is None else render(f.value, data)
     cap = ctx.settings.connector_max_result_bytes
     creds = ctx.credentials or {}
-    pool_key = credential_key("redis", creds)
+    pool_key = credential_key("redis", creds, ctx.settings)
     meta = message["metadata"]
     try:
         async with (

@@ -201,7 +201,7 @@ async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
     data = message["data"]
     values = {name: _bind(render(expression, data)) for name, expression in f.params.items()}
     creds = ctx.credentials or {}
-    key = credential_key("sql", creds)
+    key = credential_key("sql", creds, ctx.settings)
     cap = ctx.settings.connector_max_result_bytes
     statement = text(f.statement)
     try:
