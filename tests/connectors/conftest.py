@@ -5,7 +5,7 @@ on this machine (skipped with the reason outside CI when one is absent, failing 
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +84,15 @@ async def step(
 def outputs(outcome: Outcome, node: str = "c") -> list[Any]:
     assert outcome.status == "succeeded", outcome.error
     return next(s for s in outcome.steps if s.node_id == node).output
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts connections and never answers (for timeouts)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
