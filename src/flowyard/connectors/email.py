@@ -130,21 +130,22 @@ async def send(message: Message, ctx: StepContext) -> Message:
     implicit = ep.scheme == "smtps"
     starttls = not implicit and creds.get("starttls", True) is not False
     tls = tls_context(creds) if implicit or starttls else None
-    sock: socket.socket | None = None
     try:
         async with asyncio.timeout(f.timeout):
             address = await vet_host(ctx.settings, ep.host, ep.port, within=f.timeout)
-            sock = await _socket_to(address, ep.port)
+            # The library takes the socket over (its transport closes it); ours closes it only
+            # when connecting it failed.
             smtp = aiosmtplib.SMTP(
                 hostname=ep.host,
-                sock=sock,
+                sock=await _socket_to(address, ep.port),
                 use_tls=implicit,
                 start_tls=False,
                 tls_context=tls,
+                local_hostname="flowyard",
                 timeout=f.timeout,
             )
-            await smtp.connect()
             try:
+                await smtp.connect()
                 if starttls:
                     await smtp.ehlo()
                     if not smtp.supports_extension("starttls"):
@@ -166,9 +167,6 @@ async def send(message: Message, ctx: StepContext) -> Message:
         raise ComponentError(f"email: the server answered {exc.code} {exc.message}") from None
     except (aiosmtplib.SMTPException, OSError) as exc:
         raise ComponentError(f"email: {type(exc).__name__}: {exc}") from None
-    finally:
-        if sock is not None:
-            sock.close()
     meta = {
         **message["metadata"],
         "email": {"messageId": mail["Message-ID"], "recipients": to + cc, "refused": sorted(refused)},
