@@ -174,10 +174,15 @@ class Pools(Generic[T]):
             entry.users -= 1
             entry.last_used = time.monotonic()
 
-    async def discard(self, key: str) -> None:
-        """Close and forget a pool that failed (the next use makes a new one)."""
-        entry = self._entries().pop(key, None)
-        if entry is not None and entry.value is not None:
+    async def discard(self, key: str, value: T | None = None) -> None:
+        """Close and forget a pool that failed (the next use makes a new one); with ``value``,
+        only if that is still the pool under ``key``."""
+        entries = self._entries()
+        entry = entries.get(key)
+        if entry is None or (value is not None and entry.value is not value):
+            return
+        del entries[key]
+        if entry.value is not None:
             await self._quiet_close(entry.value)
 
     async def close_all(self) -> None:

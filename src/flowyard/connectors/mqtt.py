@@ -51,7 +51,7 @@ class MqttPublishFields(_Fields):
         return value
 
 
-async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float) -> aiomqtt.Client:
+async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float, key: str) -> aiomqtt.Client:
     ep = credential_url(credentials, "mqtt", _SCHEMES)
     address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
     client = aiomqtt.Client(
@@ -71,6 +71,15 @@ async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float
 
     paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
     await client.__aenter__()
+
+    def lost(future: asyncio.Future[None]) -> None:
+        # The broker went away: drop this connection from the pool (the next step reconnects)
+        # and take the future's exception so it is not reported as never retrieved.
+        if not future.cancelled():
+            future.exception()
+        asyncio.get_running_loop().create_task(_POOLS.discard(key, client))
+
+    client._disconnected.add_done_callback(lost)
     return client
 
 
@@ -94,7 +103,7 @@ async def publish(message: Message, ctx: StepContext) -> Message:
         async with (
             asyncio.timeout(f.timeout),
             _POOLS.use(
-                key, lambda: _connect(creds, ctx, f.timeout), ctx.settings.connector_idle_seconds
+                key, lambda: _connect(creds, ctx, f.timeout, key), ctx.settings.connector_idle_seconds
             ) as client,
         ):
             await client.publish(topic, payload, qos=f.qos, retain=f.retain, timeout=f.timeout)
