@@ -282,3 +282,17 @@ def test_fields_validation_names_missing_and_unused_parameters() -> None:
     assert component.validate_fields({"statement": "SELECT 1", "params": {"1x": "y"}})[0][0] == ".params"
     assert component.validate_fields({"statement": "SELECT :a", "params": {"a": "$$$("}})
     assert component.validate_fields({"statement": "SELECT :a", "params": {"a": "x"}}) == []
+
+
+def test_outbound_allow_networks_has_a_general_name_and_keeps_the_old_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOWYARD_OUTBOUND_ALLOW_NETWORKS", "10.1.0.0/16")
+    assert Settings().http_allow_networks == ["10.1.0.0/16"]
+    monkeypatch.delenv("FLOWYARD_OUTBOUND_ALLOW_NETWORKS")
+    monkeypatch.setenv("FLOWYARD_HTTP_ALLOW_NETWORKS", "127.0.0.0/8,::1")
+    assert Settings().http_allow_networks == ["127.0.0.0/8", "::1"]
+    # The runner processes get their settings by field name.
+    assert Settings(
+        **Settings(http_allow_networks=["10.0.0.0/8"]).model_dump(mode="json")
+    ).http_allow_networks == ["10.0.0.0/8"]

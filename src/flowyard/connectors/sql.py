@@ -192,8 +192,10 @@ async def _limit_statement_time(conn: AsyncConnection, seconds: float) -> None:
 def _db_error(exc: BaseException) -> str:
     """The driver's own message (SQLAlchemy's wrapper would add the statement and parameters)."""
     orig = getattr(exc, "orig", None) or exc
+    # SQLAlchemy's asyncpg adapter wraps the driver's exception; name the driver's class.
+    named = orig.__cause__ if isinstance(orig.__cause__, Exception) else orig
     message = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    return f"{type(orig).__name__}: {message}"
+    return f"{type(named).__name__}: {message}"
 
 
 async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
