@@ -7,7 +7,7 @@ import datetime as dt
 import email
 import ssl
 from collections.abc import Iterator
-from email.message import Message as MailMessage
+from email.message import EmailMessage
 from email.policy import default as default_policy
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,11 @@ def _certificate(directory: Path) -> tuple[Path, Path, str]:
 
 class _Inbox:
     def __init__(self) -> None:
-        self.mails: list[tuple[str, list[str], MailMessage]] = []
+        self.mails: list[tuple[str, list[str], EmailMessage]] = []
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         parsed = email.message_from_bytes(envelope.content, policy=default_policy)
+        assert isinstance(parsed, EmailMessage)
         self.mails.append((envelope.mail_from, list(envelope.rcpt_tos), parsed))
         return "250 OK"
 
@@ -133,8 +134,9 @@ async def test_sends_text_and_html_over_tls_with_login(
     [(sender, recipients, mail)] = smtp.inbox.mails
     assert sender == "flows@example.com" and recipients == ["ada@example.org", "audit@example.com"]
     assert mail["Subject"] == "Order A-7 confirmed" and mail["To"] == "ada@example.org"
-    assert mail.get_body(("plain",)).get_content().strip() == "Hello Ada, total 12.5"
-    assert mail.get_body(("html",)).get_content().strip() == "<p>Hello <b>Ada</b></p>"
+    plain, html = mail.get_body(("plain",)), mail.get_body(("html",))
+    assert plain is not None and plain.get_content().strip() == "Hello Ada, total 12.5"
+    assert html is not None and html.get_content().strip() == "<p>Hello <b>Ada</b></p>"
 
 
 async def test_wrong_password_untrusted_certificate_and_header_injection(

@@ -58,7 +58,8 @@ async def test_wildcards_are_not_publish_topics(http: httpx.AsyncClient, setting
 @pytest.fixture
 def mosquitto_with_passwords(tmp_path: Path) -> Iterator[int]:
     """A Mosquitto the test starts: anonymous refused, one user 'flow' with password 'right'."""
-    if shutil.which("mosquitto") is None or shutil.which("mosquitto_passwd") is None:
+    broker = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
+    if broker is None or shutil.which("mosquitto_passwd") is None:
         if IN_CI:
             pytest.fail("mosquitto and mosquitto_passwd are required in CI")
         pytest.skip("mosquitto is not installed")
@@ -71,7 +72,7 @@ def mosquitto_with_passwords(tmp_path: Path) -> Iterator[int]:
     conf.write_text(
         f"{keep_user}listener {port} 127.0.0.1\nallow_anonymous false\npassword_file {passwords}\n"
     )
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([broker, "-c", str(conf)], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -81,7 +82,7 @@ def mosquitto_with_passwords(tmp_path: Path) -> Iterator[int]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(
-                        f"mosquitto did not start: {proc.stderr.read() if proc.stderr else ''}"
+                        f"mosquitto did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
                     ) from None
                 time.sleep(0.05)
         yield port
