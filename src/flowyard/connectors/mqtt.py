@@ -77,7 +77,9 @@ async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float
         # and take the future's exception so it is not reported as never retrieved.
         if not future.cancelled():
             future.exception()
-        asyncio.get_running_loop().create_task(_POOLS.discard(key, client))
+        task = asyncio.get_running_loop().create_task(_POOLS.discard(key, client))
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
 
     client._disconnected.add_done_callback(lost)
     return client
@@ -88,6 +90,7 @@ async def _close(client: aiomqtt.Client) -> None:
 
 
 _POOLS: Pools[aiomqtt.Client] = Pools(_close)
+_CLEANUPS: set[asyncio.Task[None]] = set()
 
 
 async def publish(message: Message, ctx: StepContext) -> Message:
