@@ -1,0 +1,189 @@
+"""Event triggers end to end through real `flowyard serve` subprocesses and the real brokers
+(RabbitMQ 5672, Mosquitto 1883, Redis 6379): N messages -> N executions, none twice; stopping
+the flow removes the consumer from the broker; a SIGKILLed consumer's lease is taken over and
+its unacknowledged messages run once each."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import aiormq
+import httpx
+import pytest
+import redis.asyncio as aioredis
+import sqlalchemy as sa
+from pamqp import commands as spec
+
+from flowyard.engine.models import TriggerLease
+from flowyard.executions.models import Execution
+from tests.connectors.conftest import require_server
+from tests.engine.test_processes import Cluster, _login, _query
+
+pytestmark = [pytest.mark.slow]
+
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+MQTT_URL = "mqtt://127.0.0.1:1883"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _sqlite_cluster(tmp: Path, *, allow_loopback: bool = True) -> Cluster:
+    c = Cluster(f"sqlite+aiosqlite:///{(tmp / 'flowyard.db').resolve()}", tmp)
+    if allow_loopback:
+        c.env["FLOWYARD_OUTBOUND_ALLOW_NETWORKS"] = "127.0.0.0/8"
+    return c
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Cluster]:
+    c = _sqlite_cluster(tmp_path)
+    c.start("serve", "serve")
+    try:
+        c.wait_ready()
+        yield c
+    finally:
+        c.stop_all()
+
+
+def _wait(what: str, check: Callable[[], Any], seconds: float = 60) -> Any:
+    deadline = time.monotonic() + seconds  # a liveness bound, generous for a loaded machine
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _trigger_flow(c: Cluster, headers: dict[str, str], url: str, node: dict[str, Any]) -> str:
+    r = httpx.post(
+        f"{c.base}/secrets",
+        json={"name": f"broker-{uuid.uuid4().hex[:6]}", "value": {"url": url}},
+        headers=headers,
+    )
+    assert r.status_code == 201, r.text
+    body = {
+        "name": "trigger flow",
+        "type": "ordinary",
+        "graph": {
+            "nodes": [
+                {"id": "in", "credentials_id": r.json()["data"]["id"], **node},
+                {"id": "out", "componentId": "log", "fields": {"level": "info"}},
+            ],
+            "edges": [{"source": "in", "target": "out"}],
+        },
+    }
+    r = httpx.post(f"{c.base}/flows", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    fid = str(r.json()["data"]["id"])
+    assert httpx.post(f"{c.base}/flows/{fid}/start", headers=headers).status_code == 200
+    return fid
+
+
+def _status(c: Cluster, headers: dict[str, str], fid: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{c.base}/flows/{fid}", headers=headers).json()["data"])
+
+
+def _executions(c: Cluster, fid: str) -> list[Any]:
+    return _query(
+        c.db_url,
+        sa.select(Execution.input, Execution.status, Execution.trigger).where(Execution.flow_id == fid),
+    )
+
+
+def _stop(c: Cluster, headers: dict[str, str], fid: str) -> None:
+    assert httpx.post(f"{c.base}/flows/{fid}/stop", headers=headers).status_code == 200
+    _wait("the flow to stop", lambda: _status(c, headers, fid)["status"] == "inactive")
+    assert not _query(c.db_url, sa.select(TriggerLease.flow_id).where(TriggerLease.flow_id == fid))
+
+
+# -- AMQP --------------------------------------------------------------------------------
+
+
+async def _amqp(fn: Callable[[Any], Any]) -> Any:
+    connection = await aiormq.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        return await fn(channel)
+    finally:
+        await connection.close()
+
+
+def _declare(queue: str, *, passive: bool = False) -> spec.Queue.DeclareOk:
+    async def go(channel: Any) -> spec.Queue.DeclareOk:
+        return await channel.queue_declare(queue, passive=passive, durable=not passive, auto_delete=False)
+
+    return asyncio.run(_amqp(go))
+
+
+def _publish(queue: str, items: list[tuple[str, bytes]]) -> None:
+    async def go(channel: Any) -> None:
+        await channel.confirm_delivery()
+        for message_id, body in items:
+            await channel.basic_publish(
+                body,
+                routing_key=queue,
+                properties=spec.Basic.Properties(message_id=message_id, delivery_mode=2),
+            )
+
+    asyncio.run(_amqp(go))
+
+
+def _delete_queue(queue: str) -> None:
+    async def go(channel: Any) -> None:
+        await channel.queue_delete(queue)
+
+    asyncio.run(_amqp(go))
+
+
+@pytest.fixture
+def amqp_queue() -> Iterator[str]:
+    require_server("RabbitMQ", 5672)
+    name = f"flowyard-test-{uuid.uuid4().hex[:8]}"
+    _declare(name)
+    try:
+        yield name
+    finally:
+        _delete_queue(name)
+
+
+def test_amqp_consume_end_to_end(serve: Cluster, amqp_queue: str) -> None:
+    c = serve
+    headers = _login(c)
+    fid = _trigger_flow(
+        c, headers, AMQP_URL, {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}}
+    )
+    _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+    assert _declare(amqp_queue, passive=True).consumer_count == 1, "active only once subscribed"
+    n = 20
+    _publish(amqp_queue, [(f"m{i}", b'{"i": %d}' % i) for i in range(n)])
+    # A redelivered message (same message-id, same body) finds its execution.
+    _publish(amqp_queue, [(f"m{i}", b'{"i": %d}' % i) for i in range(5)])
+    _publish(amqp_queue, [("", b"plain text")])  # no message-id: a digest names it
+    rows = _wait(
+        "every message to run",
+        lambda: (r := _executions(c, fid)) and len(r) >= n + 1 and all(x[1] == "succeeded" for x in r) and r,
+    )
+    time.sleep(1)
+    rows = _executions(c, fid)
+    inputs = sorted((str(r[0]) for r in rows))
+    assert len(rows) == n + 1, inputs
+    assert sorted([*(str({"i": i}) for i in range(n)), "plain text"]) == inputs
+    assert {r[2] for r in rows} == {"amqp"}
+    _wait("the queue to drain", lambda: _declare(amqp_queue, passive=True).message_count == 0)
+
+    _stop(c, headers, fid)
+    assert _declare(amqp_queue, passive=True).consumer_count == 0, "the consumer is gone from the broker"
+    _publish(amqp_queue, [("late", b'{"late": true}')])
+    time.sleep(2)
+    assert len(_executions(c, fid)) == n + 1, "no executions after the stop"
+    assert _declare(amqp_queue, passive=True).message_count == 1, "the message waits in the queue"
+    assert "Traceback" not in c.log("serve"), c.log("serve")
