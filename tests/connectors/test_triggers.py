@@ -187,3 +187,102 @@ def test_amqp_consume_end_to_end(serve: Cluster, amqp_queue: str) -> None:
     assert len(_executions(c, fid)) == n + 1, "no executions after the stop"
     assert _declare(amqp_queue, passive=True).message_count == 1, "the message waits in the queue"
     assert "Traceback" not in c.log("serve"), c.log("serve")
+
+
+# -- Redis -------------------------------------------------------------------------------
+
+
+def _redis(fn: Callable[[aioredis.Redis], Any]) -> Any:
+    async def go() -> Any:
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            return await fn(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def stream() -> Iterator[str]:
+    require_server("Redis", 6379)
+    name = f"flowyard-test-{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        _redis(lambda r: r.delete(name))
+
+
+def test_redis_xread_end_to_end(serve: Cluster, stream: str) -> None:
+    c = serve
+    headers = _login(c)
+    fid = _trigger_flow(
+        c, headers, REDIS_URL, {"componentId": "redis", "function": "xread", "fields": {"key": stream}}
+    )
+    _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+    group = f"flowyard-{fid}"
+
+    async def add(r: aioredis.Redis) -> None:
+        for i in range(15):
+            await r.xadd(stream, {"i": str(i), "name": f"n{i}"})
+
+    _redis(add)
+    rows = _wait(
+        "every entry to run",
+        lambda: (r := _executions(c, fid)) and len(r) >= 15 and all(x[1] == "succeeded" for x in r) and r,
+    )
+    time.sleep(1)
+    rows = _executions(c, fid)
+    assert sorted(r[0]["i"] for r in rows) == list(range(15)), "JSON values parsed, each entry once"
+    assert {r[0]["name"] for r in rows} == {f"n{i}" for i in range(15)}
+    _wait("nothing pending", lambda: _redis(lambda r: r.xpending(stream, group))["pending"] == 0)
+    consumers = _redis(lambda r: r.xinfo_consumers(stream, group))
+    assert [x["name"] for x in consumers] == [f"flowyard-{fid}".encode()]
+
+    _stop(c, headers, fid)
+    assert _redis(lambda r: r.xinfo_consumers(stream, group)) == [], "the consumer is gone"
+    _redis(lambda r: r.xadd(stream, {"late": "1"}))
+    time.sleep(2)
+    assert len(_executions(c, fid)) == 15, "no executions after the stop"
+    assert "Traceback" not in c.log("serve"), c.log("serve")
+
+
+# -- MQTT --------------------------------------------------------------------------------
+
+
+def _mqtt_publish(topic: str, payloads: list[bytes]) -> None:
+    async def go() -> None:
+        async with aiomqtt.Client("127.0.0.1", 1883, identifier=f"test-{uuid.uuid4().hex[:8]}") as client:
+            for payload in payloads:
+                await client.publish(topic, payload, qos=1)
+
+    asyncio.run(go())
+
+
+def test_mqtt_subscribe_end_to_end(serve: Cluster) -> None:
+    require_server("Mosquitto", 1883)
+    c = serve
+    headers = _login(c)
+    base = f"flowyard-test/{uuid.uuid4().hex[:8]}"
+    fid = _trigger_flow(
+        c,
+        headers,
+        MQTT_URL,
+        {"componentId": "mqtt", "function": "subscribe", "fields": {"filter": f"{base}/+"}},
+    )
+    _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+    _mqtt_publish(f"{base}/a", [b'{"i": %d}' % i for i in range(10)])
+    _mqtt_publish(f"{base}/b", [b"text"])
+    _mqtt_publish(f"other/{base}", [b'{"never": true}'])
+    rows = _wait(
+        "every message to run",
+        lambda: (r := _executions(c, fid)) and len(r) >= 11 and all(x[1] == "succeeded" for x in r) and r,
+    )
+    time.sleep(1)
+    rows = _executions(c, fid)
+    assert sorted(str(r[0]) for r in rows) == sorted([*(str({"i": i}) for i in range(10)), "text"])
+    _stop(c, headers, fid)
+    _mqtt_publish(f"{base}/a", [b'{"late": true}'])
+    time.sleep(2)
+    assert len(_executions(c, fid)) == 11, "no executions after the stop"
+    assert "Traceback" not in c.log("serve"), c.log("serve")
