@@ -286,3 +286,121 @@ def test_mqtt_subscribe_end_to_end(serve: Cluster) -> None:
     time.sleep(2)
     assert len(_executions(c, fid)) == 11, "no executions after the stop"
     assert "Traceback" not in c.log("serve"), c.log("serve")
+
+
+# -- takeover ----------------------------------------------------------------------------
+
+
+def _holder_pid(c: Cluster, fid: str) -> int | None:
+    rows = _query(c.db_url, sa.select(TriggerLease.holder).where(TriggerLease.flow_id == fid))
+    return int(rows[0][0].split(":")[1]) if rows and rows[0][0] else None
+
+
+def test_sigkilled_consumer_is_taken_over_and_its_messages_run_once(tmp_path: Path, amqp_queue: str) -> None:
+    """Two `serve` on one SQLite database. The database is write-locked from here while the
+    messages arrive, so the consuming engine holds `prefetch` deliveries it cannot store (and
+    so has not acknowledged) when it is SIGKILLed; the other engine takes the lease once it
+    expires, the broker redelivers, and every message has one execution."""
+    a = _sqlite_cluster(tmp_path)
+    b = _sqlite_cluster(tmp_path)
+    try:
+        a.start("serve-a", "serve")
+        a.wait_ready()
+        b.start("serve-b", "serve")
+        b.wait_ready()
+        headers = _login(a)
+        fid = _trigger_flow(
+            a,
+            headers,
+            AMQP_URL,
+            {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue, "prefetch": 10}},
+        )
+        _wait("the flow to become active", lambda: _status(a, headers, fid)["status"] == "active")
+        victim = _holder_pid(a, fid)
+        assert victim is not None
+        lock = sqlite3.connect(tmp_path / "flowyard.db", isolation_level=None, timeout=30)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            _publish(amqp_queue, [(f"m{i}", b'{"i": %d}' % i) for i in range(30)])
+            _wait(
+                "the consumer to hold 10 deliveries",
+                lambda: _declare(amqp_queue, passive=True).message_count == 20,
+            )
+            os.kill(victim, signal.SIGKILL)
+            _wait(
+                "the broker to requeue them", lambda: _declare(amqp_queue, passive=True).message_count == 30
+            )
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        rows = _wait(
+            "every message to run",
+            lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
+        )
+        time.sleep(2)
+        rows = _executions(a, fid)
+        assert sorted(r[0]["i"] for r in rows) == list(range(30)), "each message executed once"
+        taker = _holder_pid(a, fid)
+        assert taker is not None and taker != victim
+        assert _declare(amqp_queue, passive=True).consumer_count == 1
+        _stop(a, headers, fid)
+        assert _declare(amqp_queue, passive=True).consumer_count == 0
+    finally:
+        a.stop_all()
+        b.stop_all()
+
+
+def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path, stream: str) -> None:
+    """As above for a Redis stream: the dead holder's pending entries (read, never XACKed) are
+    re-read by the next holder under the same consumer name."""
+    a = _sqlite_cluster(tmp_path)
+    b = _sqlite_cluster(tmp_path)
+    try:
+        a.start("serve-a", "serve")
+        a.wait_ready()
+        b.start("serve-b", "serve")
+        b.wait_ready()
+        headers = _login(a)
+        fid = _trigger_flow(
+            a,
+            headers,
+            REDIS_URL,
+            {"componentId": "redis", "function": "xread", "fields": {"key": stream, "count": 10}},
+        )
+        _wait("the flow to become active", lambda: _status(a, headers, fid)["status"] == "active")
+        group = f"flowyard-{fid}"
+        victim = _holder_pid(a, fid)
+        assert victim is not None
+        lock = sqlite3.connect(tmp_path / "flowyard.db", isolation_level=None, timeout=30)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+
+            async def add(r: aioredis.Redis) -> None:
+                async with r.pipeline(transaction=True) as pipe:  # one MULTI: all 30 at once
+                    for i in range(30):
+                        pipe.xadd(stream, {"i": str(i)})
+                    await pipe.execute()
+
+            _redis(add)
+            _wait(
+                "the consumer to read 10 (count)",
+                lambda: _redis(lambda r: r.xpending(stream, group))["pending"] == 10,
+            )
+            os.kill(victim, signal.SIGKILL)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        _wait(
+            "every entry to run",
+            lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
+        )
+        time.sleep(2)
+        rows = _executions(a, fid)
+        assert sorted(r[0]["i"] for r in rows) == list(range(30)), "each entry executed once"
+        assert _holder_pid(a, fid) not in (None, victim)
+        _wait("nothing pending", lambda: _redis(lambda r: r.xpending(stream, group))["pending"] == 0)
+        _stop(a, headers, fid)
+        assert _redis(lambda r: r.xinfo_consumers(stream, group)) == []
+    finally:
+        a.stop_all()
+        b.stop_all()
