@@ -174,7 +174,7 @@ def test_amqp_consume_end_to_end(serve: Cluster, amqp_queue: str) -> None:
     )
     time.sleep(1)
     rows = _executions(c, fid)
-    inputs = sorted((str(r[0]) for r in rows))
+    inputs = sorted(str(r[0]) for r in rows)
     assert len(rows) == n + 1, inputs
     assert sorted([*(str({"i": i}) for i in range(n)), "plain text"]) == inputs
     assert {r[2] for r in rows} == {"amqp"}
