@@ -83,7 +83,9 @@ class TriggerConsumers:
 
     @property
     def interval(self) -> float:
-        return max(self.settings.lease_seconds / 3, 0.2)
+        # Renewal needs a third of the lease; noticing a flow that starts or stops in another
+        # process (the API's start/stop) wants about a second.
+        return max(min(self.settings.lease_seconds / 3, 1.0), 0.2)
 
     async def run_pass(self) -> None:
         try:
@@ -99,8 +101,12 @@ class TriggerConsumers:
     async def _pass(self) -> None:
         now = utcnow()
         seconds = self.settings.lease_seconds
-        async with self.db.write() as session:
-            held = await triggers.renew(session, self.holder, sorted(self.consumers), now, seconds)
+        held: set[str] = set()
+        if self.consumers:
+            async with self.db.write() as session:
+                held = await triggers.renew(session, self.holder, sorted(self.consumers), now, seconds)
+        self._renewed = time.monotonic()
+        async with self.db.read() as session:  # no write transaction while nothing is held
             rows = (
                 await session.execute(
                     sa.select(TriggerLease.flow_id, TriggerLease.holder, TriggerLease.expires_at, Flow.status)
@@ -108,7 +114,6 @@ class TriggerConsumers:
                     .limit(10000)
                 )
             ).all()
-        self._renewed = time.monotonic()
         wanted = {r[0] for r in rows if r[3] in ("starting", "active")}
         for fid in list(self.consumers):
             if fid not in held:
