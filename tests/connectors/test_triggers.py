@@ -404,3 +404,48 @@ def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path
     finally:
         a.stop_all()
         b.stop_all()
+
+
+def test_sigkilled_mqtt_consumer_messages_are_redelivered_once(tmp_path: Path) -> None:
+    """As above for MQTT: the dead holder never sent PUBACK (its commits were blocked); the next
+    holder resumes the persistent session (same client id) and the broker resends them."""
+    require_server("Mosquitto", 1883)
+    a = _sqlite_cluster(tmp_path)
+    b = _sqlite_cluster(tmp_path)
+    base = f"flowyard-test/{uuid.uuid4().hex[:8]}"
+    try:
+        a.start("serve-a", "serve")
+        a.wait_ready()
+        b.start("serve-b", "serve")
+        b.wait_ready()
+        headers = _login(a)
+        fid = _trigger_flow(
+            a,
+            headers,
+            MQTT_URL,
+            {"componentId": "mqtt", "function": "subscribe", "fields": {"filter": f"{base}/#"}},
+        )
+        _wait("the flow to become active", lambda: _status(a, headers, fid)["status"] == "active")
+        victim = _holder_pid(a, fid)
+        assert victim is not None
+        lock = sqlite3.connect(tmp_path / "flowyard.db", isolation_level=None, timeout=30)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            _mqtt_publish(f"{base}/x", [b'{"i": %d}' % i for i in range(10)])
+            time.sleep(2)  # loopback delivery to the subscriber (not an assertion: see the end)
+            os.kill(victim, signal.SIGKILL)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        _wait(
+            "every message to run",
+            lambda: (r := _executions(a, fid)) and len(r) >= 10 and all(x[1] == "succeeded" for x in r) and r,
+        )
+        time.sleep(2)
+        rows = _executions(a, fid)
+        assert sorted(r[0]["i"] for r in rows) == list(range(10)), "each message executed once"
+        assert _holder_pid(a, fid) not in (None, victim)
+        _stop(a, headers, fid)
+    finally:
+        a.stop_all()
+        b.stop_all()
