@@ -26,7 +26,7 @@ from pamqp import commands as spec
 from flowyard.engine.models import TriggerLease
 from flowyard.executions.models import Execution
 from tests.connectors.conftest import require_server
-from tests.engine.test_processes import Cluster, _login, _query
+from tests.engine.test_processes import Cluster, _empty, _login, _query
 
 pytestmark = [pytest.mark.slow]
 
@@ -155,8 +155,30 @@ def amqp_queue() -> Iterator[str]:
         _delete_queue(name)
 
 
+@pytest.fixture
+def serve_pg(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """PostgreSQL: the API alone (`serve --no-engine`) and one `flowyard worker` consuming."""
+    asyncio.run(_empty(postgres_url))
+    c = Cluster(postgres_url, tmp_path)
+    c.env["FLOWYARD_OUTBOUND_ALLOW_NETWORKS"] = "127.0.0.0/8"
+    c.start("serve", "serve", "--no-engine")
+    c.start("worker", "worker")
+    try:
+        c.wait_ready()
+        yield c
+    finally:
+        c.stop_all()
+
+
 def test_amqp_consume_end_to_end(serve: Cluster, amqp_queue: str) -> None:
-    c = serve
+    _amqp_end_to_end(serve, amqp_queue)
+
+
+def test_amqp_consume_end_to_end_postgres(serve_pg: Cluster, amqp_queue: str) -> None:
+    _amqp_end_to_end(serve_pg, amqp_queue, log="worker")
+
+
+def _amqp_end_to_end(c: Cluster, amqp_queue: str, log: str = "serve") -> None:
     headers = _login(c)
     fid = _trigger_flow(
         c, headers, AMQP_URL, {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}}
@@ -186,7 +208,7 @@ def test_amqp_consume_end_to_end(serve: Cluster, amqp_queue: str) -> None:
     time.sleep(2)
     assert len(_executions(c, fid)) == n + 1, "no executions after the stop"
     assert _declare(amqp_queue, passive=True).message_count == 1, "the message waits in the queue"
-    assert "Traceback" not in c.log("serve"), c.log("serve")
+    assert "Traceback" not in c.log(log), c.log(log)
 
 
 # -- Redis -------------------------------------------------------------------------------
