@@ -471,3 +471,30 @@ def test_sigkilled_mqtt_consumer_messages_are_redelivered_once(tmp_path: Path) -
     finally:
         a.stop_all()
         b.stop_all()
+
+
+def test_amqp_consumer_reconnects_and_says_why(serve: Cluster, amqp_queue: str) -> None:
+    """The queue deleted under the consumer: the broker cancels it; the consumer retries with
+    back-off, the flow's statusMessage says why; once the queue is back it subscribes again,
+    the message clears, and messages run."""
+    c = serve
+    headers = _login(c)
+    fid = _trigger_flow(
+        c, headers, AMQP_URL, {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}}
+    )
+    _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+    _delete_queue(amqp_queue)
+    flow = _wait(
+        "the problem in statusMessage",
+        lambda: "NOT_FOUND" in ((f := _status(c, headers, fid))["statusMessage"] or "") and f,
+    )
+    assert flow["status"] == "active"
+    assert flow["statusMessage"].startswith("amqp: reconnecting in "), flow
+    assert "guest" not in flow["statusMessage"]
+    _declare(amqp_queue)
+    _wait("the consumer to come back", lambda: _declare(amqp_queue, passive=True).consumer_count == 1)
+    _wait("statusMessage cleared", lambda: _status(c, headers, fid)["statusMessage"] is None)
+    _publish(amqp_queue, [("after", b'{"after": true}')])
+    _wait("the message to run", lambda: [r for r in _executions(c, fid) if r[1] == "succeeded"])
+    assert [r[0] for r in _executions(c, fid)] == [{"after": True}]
+    _stop(c, headers, fid)

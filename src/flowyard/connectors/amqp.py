@@ -197,21 +197,27 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
         async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
             inbox.put_nowait(message)
 
+        consumer_tag = f"flowyard-{ctx.flow_id}"
         try:
-            await channel.basic_consume(
-                f.queue, deliver, no_ack=False, consumer_tag=f"flowyard-{ctx.flow_id}"
-            )
+            await channel.basic_consume(f.queue, deliver, no_ack=False, consumer_tag=consumer_tag)
         except aiormq.exceptions.ChannelClosed as exc:
             raise ComponentError(f"amqp: cannot consume from {f.queue!r}: {_error(exc)}") from None
         await ctx.subscribed()
         while True:
             get = asyncio.ensure_future(inbox.get())
-            await asyncio.wait(
-                {get, channel.closing, connection.closing}, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not get.done():
-                get.cancel()
-                raise ComponentError("amqp: the broker closed the consumer's channel")
+            while not get.done():
+                await asyncio.wait(
+                    {get, channel.closing, connection.closing}, timeout=2, return_when=asyncio.FIRST_COMPLETED
+                )
+                if get.done():
+                    break
+                if channel.is_closed or connection.is_closed:
+                    get.cancel()
+                    raise ComponentError("amqp: the broker closed the consumer's channel")
+                # The broker cancels a consumer whose queue was deleted (basic.cancel): aiormq drops it.
+                if consumer_tag not in getattr(channel, "consumers", {consumer_tag: None}):
+                    get.cancel()
+                    raise ComponentError(f"amqp: the broker cancelled the consumer of {f.queue!r}")
             message = get.result()
             delivery = message.delivery
             assert isinstance(delivery, spec.Basic.Deliver)
