@@ -355,6 +355,8 @@ def test_sigkilled_consumer_is_taken_over_and_its_messages_run_once(tmp_path: Pa
         finally:
             lock.execute("ROLLBACK")
             lock.close()
+        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
+            c.wait_ready()
         rows = _wait(
             "every message to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
@@ -412,6 +414,8 @@ def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path
         finally:
             lock.execute("ROLLBACK")
             lock.close()
+        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
+            c.wait_ready()
         _wait(
             "every entry to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
@@ -459,6 +463,8 @@ def test_sigkilled_mqtt_consumer_messages_are_redelivered_once(tmp_path: Path) -
         finally:
             lock.execute("ROLLBACK")
             lock.close()
+        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
+            c.wait_ready()
         _wait(
             "every message to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 10 and all(x[1] == "succeeded" for x in r) and r,
