@@ -355,8 +355,9 @@ def test_sigkilled_consumer_is_taken_over_and_its_messages_run_once(tmp_path: Pa
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
-            c.wait_ready()
+        # With one API process `serve` runs API and engine in one process: the victim may have
+        # been a whole serve. The survivor answers from here on.
+        a, b = (b, a) if a.procs["serve-a"].pid == victim else (a, b)
         rows = _wait(
             "every message to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
@@ -414,8 +415,9 @@ def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
-            c.wait_ready()
+        # With one API process `serve` runs API and engine in one process: the victim may have
+        # been a whole serve. The survivor answers from here on.
+        a, b = (b, a) if a.procs["serve-a"].pid == victim else (a, b)
         _wait(
             "every entry to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 30 and all(x[1] == "succeeded" for x in r) and r,
@@ -463,8 +465,9 @@ def test_sigkilled_mqtt_consumer_messages_are_redelivered_once(tmp_path: Path) -
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        for c in (a, b):  # the victim may have been a serve's single API+engine process: restarted
-            c.wait_ready()
+        # With one API process `serve` runs API and engine in one process: the victim may have
+        # been a whole serve. The survivor answers from here on.
+        a, b = (b, a) if a.procs["serve-a"].pid == victim else (a, b)
         _wait(
             "every message to run",
             lambda: (r := _executions(a, fid)) and len(r) >= 10 and all(x[1] == "succeeded" for x in r) and r,
