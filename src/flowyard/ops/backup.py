@@ -185,7 +185,7 @@ def backup(settings: Settings, dest: Path) -> Backup:
     notes: list[str] = []
     key: dict[str, Any] | None = None
     key_file = settings.data_dir.resolve() / KEY
-    if settings.secret_key is not None:
+    if settings.secret_key and settings.secret_key.get_secret_value():  # as load_key decides
         source = "environment"
         notes.append(
             "the secret key comes from FLOWYARD_SECRET_KEY and is not in the backup: keep it with it"
@@ -278,7 +278,7 @@ def restore(settings: Settings, src: Path) -> Restored:
     key_file = data_dir / KEY
     restore_key = manifest["secretKey"] is not None
     notes: list[str] = []
-    if restore_key and settings.secret_key is not None:
+    if restore_key and settings.secret_key and settings.secret_key.get_secret_value():
         notes.append(
             "FLOWYARD_SECRET_KEY is set and wins over the restored secret.key: stored secrets "
             "decrypt only if it is the key the backup was made with"
