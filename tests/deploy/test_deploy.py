@@ -9,12 +9,18 @@ with the reason when its tool is absent; in CI it fails."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
+import os
 import re
 import shlex
 import shutil
+import signal
+import ssl
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from cryptography import x509
@@ -26,6 +32,8 @@ from flowyard.cli import main
 from flowyard.config import Settings
 from flowyard.webhooks.handler import MAX_WAIT
 from tests.conftest import IN_CI
+from tests.engine.test_processes import _free_port
+from tests.engine.test_serve_processes import Serve, _flow
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = {
@@ -185,8 +193,15 @@ def _self_signed(directory: Path) -> None:
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("flowyard.example.com"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     (directory / "fullchain.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -195,6 +210,33 @@ def _self_signed(directory: Path) -> None:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
     )
+
+
+def _nginx_conf(tmp: Path, ports: dict[str, int] | None = None) -> Path:
+    """The example, with this test's certificate and log paths (and loopback ports when given),
+    inside a minimal nginx.conf of its own."""
+    _self_signed(tmp)
+    site = (DEPLOY / "nginx" / "flowyard.conf").read_text()
+    site = site.replace("/etc/ssl/flowyard/", f"{tmp}/").replace("/var/log/nginx/", f"{tmp}/")
+    if ports is not None:
+        site = site.replace("listen [::]:80;", "").replace("listen [::]:443 ssl http2;", "")
+        site = site.replace("listen 80;", f"listen 127.0.0.1:{ports['http']};")
+        site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{ports['https']} ssl http2;")
+        site = site.replace("server 127.0.0.1:8000;", f"server 127.0.0.1:{ports['api']};")
+    (tmp / "flowyard.conf").write_text(site)
+    conf = tmp / "nginx.conf"
+    conf.write_text(
+        ("user root;\n" if os.getuid() == 0 else "")  # workers may then use this test's 0700 dirs
+        + f"pid {tmp}/nginx.pid;\n"
+        f"error_log {tmp}/error.log;\n"
+        "events {}\n"
+        "http {\n"
+        f"  client_body_temp_path {tmp}/body;\n"
+        f"  proxy_temp_path {tmp}/proxy;\n"
+        f"  include {tmp}/flowyard.conf;\n"
+        "}\n"
+    )
+    return conf
 
 
 def test_nginx_config(tmp_path: Path) -> None:
@@ -209,21 +251,70 @@ def test_nginx_config(tmp_path: Path) -> None:
     assert "non_idempotent" not in re.sub(r"#.*", "", text)  # a webhook is never sent twice
 
     nginx = _tool("nginx")
-    _self_signed(tmp_path)
-    site = text.replace("/etc/ssl/flowyard/", f"{tmp_path}/").replace("/var/log/nginx/", f"{tmp_path}/")
-    (tmp_path / "flowyard.conf").write_text(site)
-    (tmp_path / "nginx.conf").write_text(
-        f"pid {tmp_path}/nginx.pid;\n"
-        f"error_log {tmp_path}/error.log;\n"
-        "events {}\n"
-        "http {\n"
-        f"  client_body_temp_path {tmp_path}/body;\n"
-        f"  proxy_temp_path {tmp_path}/proxy;\n"
-        f"  include {tmp_path}/flowyard.conf;\n"
-        "}\n"
-    )
-    out = _checked(nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"))
+    conf = _nginx_conf(tmp_path)
+    out = _checked(nginx, "-t", "-e", "stderr", "-p", str(tmp_path), "-c", str(conf))
     assert "test is successful" in out, out
+
+
+@pytest.mark.slow
+def test_nginx_in_front_of_serve(tmp_path: Path) -> None:
+    """The example proxy, running, in front of a real `flowyard serve`: TLS, the request id
+    reaches flowyard, a too large body gets the service's error shape, `?wait=` is answered."""
+    nginx = _tool("nginx")
+    data = tmp_path / "data"
+    data.mkdir()
+    s = Serve(None, data)
+    proxy: subprocess.Popen[bytes] | None = None
+    try:
+        s.wait_ready()
+        fid = _flow(s)
+        ports = {"http": _free_port(), "https": _free_port(), "api": s.port}
+        conf = _nginx_conf(tmp_path, ports)
+        proxy = subprocess.Popen(
+            [nginx, "-e", "stderr", "-p", str(tmp_path), "-c", str(conf), "-g", "daemon off;"],
+            stderr=subprocess.PIPE,
+        )
+        tls = ssl.create_default_context(cafile=str(tmp_path / "fullchain.pem"))
+        base = f"https://127.0.0.1:{ports['https']}"
+        with httpx.Client(base_url=base, verify=tls, timeout=30) as c:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    r = c.get("/health/ready")
+                    break
+                except httpx.ConnectError:
+                    assert proxy.poll() is None and time.monotonic() < deadline, "nginx did not start"
+                    time.sleep(0.1)
+            assert r.status_code == 200
+            # The caller's request id reaches flowyard, which answers with it.
+            r = c.get("/health", headers={"X-Request-ID": "trace-4711"})
+            assert r.headers["x-request-id"] == "trace-4711"
+            # Without one, nginx makes one (32 hex digits; flowyard's own have 16) and forwards it.
+            assert re.fullmatch(r"[0-9a-f]{32}", c.get("/health").headers["x-request-id"])
+            # ?wait= through the proxy: the flow's answer, whole.
+            r = c.post(f"/webhooks/{fid}?wait=20", json={"through": "nginx"})
+            assert r.status_code == 200 and r.json() == {"through": "nginx"}, r.text
+            # Above the body limit: refused (by nginx, before any API process) in the service's shape.
+            json_type = {"Content-Type": "application/json"}
+            r = c.post(f"/webhooks/{fid}", content=b"x" * (1024 * 1024 + 1), headers=json_type)
+            assert r.status_code == 413 and r.headers["content-type"] == "application/json"
+            assert r.json() == {"errors": [{"message": "Request body exceeds 1048576 bytes.", "code": 413}]}
+            # Just below it: passed on.
+            big = b'{"size": "' + b"y" * (1024 * 1024 - 100) + b'"}'
+            r = c.post(f"/webhooks/{fid}", content=big, headers=json_type)
+            assert r.status_code == 202, r.text
+        plain = httpx.get(f"http://127.0.0.1:{ports['http']}/health", follow_redirects=False)
+        assert plain.status_code == 301 and plain.headers["location"].startswith("https://")
+    finally:
+        if proxy is not None:
+            proxy.send_signal(signal.SIGQUIT)  # nginx's graceful stop
+            try:
+                proxy.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
+                proxy.wait()
+        code = s.stop()
+    assert code == 0, s.log()
 
 
 def test_prometheus_rules(tmp_path: Path) -> None:
