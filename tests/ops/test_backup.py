@@ -85,6 +85,10 @@ def test_key_from_the_environment_is_not_copied(data: Path, tmp_path: Path) -> N
     assert made.manifest["secretKeySource"] == "environment" and made.manifest["secretKey"] is None
     assert not (tmp_path / "b" / "secret.key").exists()
     assert any("FLOWYARD_SECRET_KEY" in n for n in made.notes)
+    # Set but empty is unset, for the service as for the backup: the key file is the key.
+    made = ops.backup(_settings(data, secret_key=""), tmp_path / "b2")
+    assert made.manifest["secretKeySource"] == "file"
+    assert (tmp_path / "b2" / "secret.key").read_bytes() == (data / "secret.key").read_bytes()
 
 
 def test_restore_replaces_and_keeps_the_replaced_files(data: Path, tmp_path: Path) -> None:

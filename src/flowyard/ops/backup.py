@@ -53,14 +53,23 @@ _POSTGRES_HINT = (
 )
 
 
-def sqlite_path(settings: Settings, command: str) -> Path:
-    """The database file of an embedded deployment; ``OpsError`` for any other database."""
+def sqlite_file(settings: Settings) -> Path | None:
+    """The database file of an embedded deployment; ``None`` for PostgreSQL or memory."""
     url = sa.make_url(settings.resolved_database_url())
-    if url.get_backend_name() != "sqlite":
-        raise OpsError(_POSTGRES_HINT.format(command, url.get_backend_name()))
-    if not url.database or url.database == ":memory:" or "mode=memory" in str(url):
-        raise OpsError(f"flowyard {command} needs a database file, not {url.database or 'memory'}")
-    return Path(url.database).resolve()
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return None if "mode=memory" in str(url) else Path(url.database).resolve()
+
+
+def sqlite_path(settings: Settings, command: str) -> Path:
+    """``sqlite_file``, or ``OpsError`` pointing a PostgreSQL deployment to pg_dump."""
+    path = sqlite_file(settings)
+    if path is None:
+        backend = sa.make_url(settings.resolved_database_url()).get_backend_name()
+        if backend != "sqlite":
+            raise OpsError(_POSTGRES_HINT.format(command, backend))
+        raise OpsError(f"flowyard {command} needs a database file, not an in-memory database")
+    return path
 
 
 def in_use(database: Path) -> bool:
@@ -185,7 +194,7 @@ def backup(settings: Settings, dest: Path) -> Backup:
     notes: list[str] = []
     key: dict[str, Any] | None = None
     key_file = settings.data_dir.resolve() / KEY
-    if settings.secret_key and settings.secret_key.get_secret_value():  # as load_key decides
+    if settings.configured_secret_key() is not None:
         source = "environment"
         notes.append(
             "the secret key comes from FLOWYARD_SECRET_KEY and is not in the backup: keep it with it"
@@ -278,7 +287,7 @@ def restore(settings: Settings, src: Path) -> Restored:
     key_file = data_dir / KEY
     restore_key = manifest["secretKey"] is not None
     notes: list[str] = []
-    if restore_key and settings.secret_key and settings.secret_key.get_secret_value():
+    if restore_key and settings.configured_secret_key() is not None:
         notes.append(
             "FLOWYARD_SECRET_KEY is set and wins over the restored secret.key: stored secrets "
             "decrypt only if it is the key the backup was made with"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,7 +27,7 @@ from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
 from flowyard.executions.models import Execution
-from flowyard.ops.backup import inspect
+from flowyard.ops.backup import inspect, sqlite_file
 
 
 @dataclass
@@ -61,13 +60,11 @@ async def check(settings: Settings, *, quick: bool = False, stuck_after: float |
     shown = url.render_as_string(hide_password=True)
     report = Report(shown, [])
     checks = report.checks
-    sqlite_file: Path | None = None
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        sqlite_file = Path(url.database)
-        if not sqlite_file.exists():
-            # Opening it would create an empty database: report it missing instead.
-            checks.append(Check("database", False, f"no database file at {sqlite_file}"))
-            return report
+    database_file = sqlite_file(settings)
+    if database_file is not None and not database_file.exists():
+        # Opening it would create an empty database: report it missing instead.
+        checks.append(Check("database", False, f"no database file at {database_file}"))
+        return report
     db = Database(settings.resolved_database_url(), pool_size=1)
     try:
         try:
@@ -79,8 +76,8 @@ async def check(settings: Settings, *, quick: bool = False, stuck_after: float |
         checks.append(Check("database", True, "reachable"))
         checks.append(_schema(revision))
 
-        if sqlite_file is not None:
-            found = inspect(sqlite_file, quick=quick)
+        if database_file is not None:
+            found = inspect(database_file, quick=quick)
             checks.append(
                 Check(
                     "integrity",
