@@ -226,6 +226,10 @@ class Settings(BaseSettings):
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1
 
+    def configured_secret_key(self) -> str | None:
+        """FLOWYARD_SECRET_KEY when set and not empty; else the key file is used (secrets/crypto.py)."""
+        return self.secret_key.get_secret_value() or None if self.secret_key else None
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
