@@ -171,8 +171,8 @@ def _two_workers(
 
 def test_sigkilled_pg_worker_work_runs_again_within_seconds(pg: Cluster, postgres_url: str) -> None:
     c = pg
-    fid = _active_flow(c, _login(c), _delay_flow(3.0))
     victim, survivor = _two_workers(c, postgres_url)
+    fid = _active_flow(c, _login(c), _delay_flow(3.0))
     survivor.send_signal(signal.SIGSTOP)  # so that the victim claims the work
     try:
         accepted = _post(c, fid, 20)
@@ -196,10 +196,10 @@ def test_sigterm_pg_worker_finishes_running_hands_back_the_rest_exits_0(
     pg: Cluster, postgres_url: str
 ) -> None:
     c = pg
+    a, b = _two_workers(c, postgres_url, grace=("6", "60"))
     headers = _login(c)
     short = _active_flow(c, headers, _delay_flow(2, "short"))
     long = _active_flow(c, headers, _delay_flow(12, "long"))
-    a, b = _two_workers(c, postgres_url, grace=("6", "60"))
     b.send_signal(signal.SIGSTOP)  # so that A claims everything
     try:
         shorts = _post(c, short, 4)

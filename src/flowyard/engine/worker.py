@@ -17,9 +17,11 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
 from flowyard.config import Settings
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 _CLAIM_BATCH = 64
 _CREDENTIALS_TTL = 60.0
 _FLUSH_BATCH = 256
+
+
+async def _lease_expired(_session: AsyncSession) -> None:
+    return None
 
 
 class Worker:
@@ -270,7 +276,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                requeued = await self._take_back(None)
+                requeued, _ = await self._take_back(_lease_expired)
                 if requeued:
                     log.warning("re-queued %d executions whose worker's lease expired", requeued)
             except Exception:
@@ -287,11 +293,17 @@ class Worker:
     async def _beat(self) -> None:
         """Renew this process's heartbeat, and take back the work of processes whose
         heartbeat stopped (``flowyard.engine.heartbeat``), in one transaction."""
-        async with self.db.write(durable=False) as session:
+        alive = True
+
+        async def beat_and_find_dead(session: AsyncSession) -> list[str]:
+            nonlocal alive
             alive = await heartbeat.beat(session, self.id)
-            dead = await heartbeat.take_dead(
+            return await heartbeat.take_dead(
                 session, me=self.id, after_seconds=self.settings.heartbeat_timeout_seconds
             )
+
+        # The dead rows' deletion and the release of their executions commit together.
+        requeued, dead = await self._take_back(beat_and_find_dead)
         if not alive and self._registered:
             # Declared dead while alive (too slow to beat): what this process held went back to
             # the queue for others. It takes a new id, so it records no outcome for any of that
@@ -301,18 +313,24 @@ class Worker:
             log.error("heartbeat %s was taken over by another process; continuing as %s", old, self.id)
             for task in list(self._running.values()):
                 task.cancel()
-            async with self.db.write(durable=False) as session:
+
+            async def beat_as_new(session: AsyncSession) -> list[str]:
                 await heartbeat.beat(session, self.id)
-            await self._take_back([old])
+                return [old]
+
+            await self._take_back(beat_as_new)
         self._registered = True
         if dead:
-            requeued = await self._take_back(dead)
             log.warning("processes %s stopped beating; took back %d of their executions", dead[:5], requeued)
 
-    async def _take_back(self, owners: list[str] | None) -> int:
-        """Re-queue what dead workers held: those whose lease expired, or ``owners``."""
+    async def _take_back(
+        self, find: Callable[[AsyncSession], Awaitable[list[str] | None]]
+    ) -> tuple[int, list[str] | None]:
+        """Re-queue what dead workers held, in one transaction with ``find``, which names the
+        dead (their heartbeat stopped) or answers None (those whose lease expired)."""
         messages: list[bytes] = []
         async with self.db.write(durable=False) as session:
+            owners = await find(session)
             requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts, owners=owners)
             if dead:
                 messages = finished_messages(e.id for e in dead)
@@ -336,7 +354,7 @@ class Worker:
             self.wake()
         if dead:
             self.hub.notify(e.id for e in dead)
-        return requeued
+        return requeued, owners
 
     async def _shutdown(self, side: list[asyncio.Task[None]]) -> None:
         # Claimed but not started (waiting for a runner slot): handed back at once.
