@@ -33,6 +33,7 @@ from fastapi import FastAPI
 log = logging.getLogger("flowyard.server")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_FORCED_HAND_BACK_SECONDS = 5.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -86,6 +87,15 @@ class GracefulServer(uvicorn.Server):
             )
         finally:
             self.should_exit = True
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        await super().shutdown(sockets=sockets)
+        if self._drain is not None and not self._drain.done():
+            # Forced: uvicorn skips the lifespan shutdown; let the engine hand back what it
+            # held (moments, as it no longer waits for executions) before the loop ends.
+            with contextlib.suppress(Exception, TimeoutError):
+                async with asyncio.timeout(_FORCED_HAND_BACK_SECONDS):
+                    await asyncio.shield(self._drain)
 
     def _force_engine(self) -> None:
         engine = getattr(self.app.state, "engine", None)

@@ -307,3 +307,23 @@ def test_sigkilled_sqlite_engine_work_runs_again_within_seconds(tmp_path: Path) 
     finally:
         c.stop_all()
     assert serve.returncode == 0, c.log("serve")
+
+
+def test_second_sigterm_stops_sqlite_serve_at_once_handing_back(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{(tmp_path / 'flowyard.db').resolve()}"
+    c = Cluster(url, tmp_path)
+    c.env.update({"FLOWYARD_LEASE_SECONDS": "30", "FLOWYARD_STOP_GRACE_SECONDS": "60"})
+    serve = c.start("serve", "serve")
+    try:
+        c.wait_ready()
+        fid = _active_flow(c, _login(c), _delay_flow(40))
+        accepted = _post(c, fid, 3)
+        _wait_held(url, serve.pid, at_least=3)
+        serve.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=15) == 0, c.log("serve")  # its grace is 60 s, the delay 40 s
+        states = _states(url)
+        assert {states[i][:2] for i in accepted} == {("queued", None)}, "handed back, not left to the lease"
+    finally:
+        c.stop_all()
