@@ -115,6 +115,7 @@ def create_app(
     app.state.secret_box = box
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     app.state.engine = None
+    app.state.draining = False  # set by the first SIGTERM/SIGINT (flowyard.server)
     app.state.hub = CompletionHub()
     app.state.notifier = Notifier()
     if db is not None:  # usable without running the lifespan (tests over ASGI)

@@ -149,7 +149,9 @@ def _run_api(
         http="httptools",
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
-    server = uvicorn.Server(config)
+    from flowyard.server import GracefulServer
+
+    server = GracefulServer(config, app, drain_seconds=settings.drain_seconds)
     server.run(sockets=[sock] if sock is not None else None)
 
 

@@ -110,7 +110,25 @@ class Settings(BaseSettings):
     )
     lifecycle_timeout: float = Field(30.0, gt=0, description="Bound on starting/stopping moves (seconds).")
     stop_grace_seconds: float = Field(
-        30.0, ge=0, description="How long executions of a stopping flow may finish."
+        30.0,
+        ge=0,
+        description="How long running executions may finish when their flow stops or the "
+        "process shuts down (SIGTERM/SIGINT).",
+    )
+    heartbeat_seconds: float = Field(
+        1.0, gt=0, description="How often an engine process renews its heartbeat row."
+    )
+    heartbeat_timeout_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="A process whose heartbeat is older than this is dead: another process releases "
+        "its executions at once (the lease stays the backstop).",
+    )
+    drain_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, how long an API process keeps answering (with /health/ready "
+        "at 503) before it stops accepting, so a load balancer takes it out first.",
     )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")

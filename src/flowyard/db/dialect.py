@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.clock import as_utc, utcnow
 
 
 def dialect_name(session: AsyncSession) -> str:
@@ -42,3 +46,15 @@ async def increment(
     # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
     ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))
     await session.execute(stmt, ordered)
+
+
+async def db_now(session: AsyncSession) -> datetime:
+    """The one clock processes on different machines agree on: PostgreSQL's ``now()``.
+
+    SQLite is a file on one machine, so every process using it shares this machine's clock.
+    """
+    if dialect_name(session) == "postgresql":
+        value = await session.scalar(sa.select(sa.func.now()))
+        if value is not None:
+            return as_utc(value)
+    return utcnow()

@@ -212,6 +212,10 @@ class RunnerPool:
         if self._watch is not None:
             await asyncio.gather(self._watch, return_exceptions=True)
 
+    def waiting_ids(self) -> set[str]:
+        """Executions handed to the pool that wait for a runner slot (none of their code ran)."""
+        return {job.claimed.id for job in self._waiting}
+
     def stats(self) -> dict[str, Any]:
         return {
             "runners": [

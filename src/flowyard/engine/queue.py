@@ -325,14 +325,23 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     return held
 
 
-async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[Execution]]:
-    """Re-queue executions whose worker's lease expired; fail those that keep dying."""
+async def reap(
+    session: AsyncSession, *, max_attempts: int, owners: Sequence[str] | None = None
+) -> tuple[int, list[Execution]]:
+    """Re-queue executions whose worker died; fail those that keep dying.
+
+    A worker is dead when its lease expired or, with ``owners``, when it is one of
+    those processes (their heartbeat stopped, ``flowyard.engine.heartbeat``): their
+    executions are taken back at once, whatever their lease says. Either way it is
+    a re-run, counted against ``max_attempts``.
+    """
+    if owners is not None and not owners:
+        return 0, []
     now = utcnow()
+    died = Execution.lease_owner.in_(list(owners)) if owners is not None else Execution.lease_expires_at < now
     requeued = await session.execute(
         sa.update(Execution)
-        .where(
-            Execution.status == "running", Execution.lease_expires_at < now, Execution.attempts < max_attempts
-        )
+        .where(Execution.status == "running", died, Execution.attempts < max_attempts)
         .values(status="queued", lease_owner=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
@@ -340,9 +349,7 @@ async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[E
         (
             await session.scalars(
                 sa.select(Execution).where(
-                    Execution.status == "running",
-                    Execution.lease_expires_at < now,
-                    Execution.attempts >= max_attempts,
+                    Execution.status == "running", died, Execution.attempts >= max_attempts
                 )
             )
         ).all()
@@ -354,6 +361,25 @@ async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[E
         e.lease_owner = None
         e.lease_expires_at = None
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
+
+
+async def release(session: AsyncSession, *, worker_id: str, ids: Sequence[str], started: bool) -> int:
+    """Hand executions this worker holds back to the queue at once (it is stopping).
+
+    ``started=False``: they never reached a runner, so the claim is not counted as a run.
+    """
+    if not ids:
+        return 0
+    values: dict[str, Any] = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
+    if not started:
+        values["attempts"] = Execution.attempts - 1
+    result = await session.execute(
+        sa.update(Execution)
+        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id, Execution.status == "running")
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) -> list[str]:

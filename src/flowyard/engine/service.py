@@ -60,14 +60,17 @@ class EngineServices:
             asyncio.create_task(self._every("pruner", self._prune_pass, self.settings.prune_interval, None)),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, *, force: bool = False) -> None:
+        """Stop claiming and scheduling; running executions finish within the stop grace and
+        what is left goes back to the queue. ``force``: hand everything back at once. May be
+        called again (a second signal) while a first call waits."""
         for task in self._tasks:
             task.cancel()
+        self.worker.stop(force=force)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._worker_task is not None:
-            self.worker.stop()
             with contextlib.suppress(Exception):
-                await self._worker_task
+                await asyncio.shield(self._worker_task)
 
     def nudge_lifecycle(self) -> None:
         self._lifecycle_wake.set()
@@ -137,16 +140,24 @@ async def run_standalone(settings: Settings) -> None:
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        # The first signal drains (see EngineServices.stop); a second one hands back at once.
+        if stop.is_set():
+            log.warning("second stop signal: handing back running executions now")
+            engine.worker.stop(force=True)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     await engine.start()
     log.info("worker %s started", engine.worker.id)
     try:
         await stop.wait()
         log.info("stopping: finishing running executions (up to %g s)", settings.stop_grace_seconds)
     finally:
+        await engine.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await engine.stop()
         await notifier.close()
         await db.dispose()
