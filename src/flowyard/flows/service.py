@@ -17,6 +17,8 @@ from flowyard import ids
 from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
 from flowyard.db.dialect import dialect_name
+from flowyard.db.fast import Fetch, Row
+from flowyard.db.session import Database
 from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
@@ -66,11 +68,11 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
     return Flow.id.in_(visible_flow_ids(principal))
 
 
-def is_visible(principal: Principal, flow: Flow) -> bool:
+def is_visible(principal: Principal, flow: Flow | Row) -> bool:
     return principal.is_admin or principal.owns(flow.owners)
 
 
-def to_dict(flow: Flow) -> dict[str, Any]:
+def to_dict(flow: Flow | Row) -> dict[str, Any]:
     return {
         "id": flow.id,
         "name": flow.name,
@@ -102,6 +104,28 @@ async def get_flow(
     if flow is None or not is_visible(principal, flow):
         raise not_found(flow_id)
     return flow
+
+
+# GET /flows/{id}: the columns to_dict and is_visible read, straight from the driver
+# (db/fast.py: ~1 ms of CPU less per request on SQLite than an ORM session).
+_READ_ONE = Fetch(
+    sa.select(
+        *(
+            c
+            for c in Flow.__table__.c
+            if c.key not in ("name_lc", "description_lc", "version", "created_by", "status_changed_at")
+        )
+    ).where(Flow.__table__.c.id == sa.bindparam("flow_id"))
+)
+
+
+async def read_flow(db: Database, principal: Principal, flow_id: str) -> dict[str, Any]:
+    """One flow as the API shows it; 404 when it does not exist or the caller may not see it."""
+    check_id(flow_id)
+    flow = await _READ_ONE.first(db, flow_id=flow_id)
+    if flow is None or not is_visible(principal, flow):
+        raise not_found(flow_id)
+    return to_dict(flow)
 
 
 async def list_flows(
