@@ -1,5 +1,5 @@
 """Flow lists page for page equal the documented rule, on SQLite and PostgreSQL, for random
-owners, statuses, ties and sorts: a tenant member's plain list now counts and pages from the
+owners, statuses, ties, sorts and searches: a tenant member's plain list now counts and pages from the
 visibility index alone (flows.service ``_visible_count`` and ``_visible_id_page``: a merge of
 each owner key's index range), every other list as before; page N of either must be exactly
 the slice the rule gives, and the total the rule's count. Another tenant's flows never appear."""
@@ -33,6 +33,9 @@ OWNER_SETS = [
     [("user", TENANTLESS.user_id)],
     [("user", TENANTLESS.user_id), ("user", MEMBER.user_id), ("tenant", T2)],
 ]
+# Single letters sort alike under every collation; "shop" is searched through the index.
+NAMES = ["a", "b", "c", "d", "e", "shop a", "b SHOP", "shopify", "sh"]
+SEARCHES = [None, "shop", "sh", "SHOPIFY", "zzz"]
 SORTS = [None, "name", "-name", "updatedAt", "-updatedAt", "-createdAt"]
 COLUMN = {"name": "name", "updatedAt": "updated_at", "createdAt": "created_at"}
 
@@ -40,6 +43,9 @@ COLUMN = {"name": "name", "updatedAt": "updated_at", "createdAt": "created_at"}
 def _expected(rows: list[dict[str, Any]], principal: Principal, lq: ListQuery) -> list[str]:
     keys = set(principal.owner_keys())
     seen = [r for r in rows if keys & r["owners"]]
+    if lq.search:
+        needle = lq.search.lower()
+        seen = [r for r in seen if needle in r["name"].lower() or needle in r["description"].lower()]
     if "status" in lq.filters:
         seen = [r for r in seen if r["status"] == lq.filters["status"]]
     seen.sort(key=lambda r: r["id"])
@@ -54,7 +60,7 @@ async def test_pages_equal_the_rule_for_random_owners_and_sorts(db: Database, re
     made, rows = [], []
     for _ in range(70):
         owners = rng.choice(OWNER_SETS)
-        body = flow_body(rng.choice("abcde"), owners=[{"type": t, "id": i} for t, i in owners])
+        body = flow_body(rng.choice(NAMES), owners=[{"type": t, "id": i} for t, i in owners])
         flow = flows.prepare_new_flow(ADMIN, body, registry)
         flow.status = rng.choice(["active", "inactive"])
         flow.updated_at = base + timedelta(seconds=rng.randrange(20))  # ties on purpose
@@ -64,6 +70,7 @@ async def test_pages_equal_the_rule_for_random_owners_and_sorts(db: Database, re
             {
                 "id": flow.id,
                 "name": flow.name,
+                "description": flow.description,
                 "status": flow.status,
                 "updated_at": flow.updated_at,
                 "created_at": flow.created_at,
@@ -74,17 +81,20 @@ async def test_pages_equal_the_rule_for_random_owners_and_sorts(db: Database, re
         await flows.insert_flows(session, made)
     async with db.read() as session:
         for principal in (MEMBER, TENANTLESS, ADMIN):
-            for sort in SORTS:
-                for filters in ({}, {"status": "active"}):
-                    expected = _expected(rows, principal, ListQuery(sort=sort, filters=filters))
-                    for size in (1, 3, 7, 1000):
-                        pages = len(expected) // size + 2  # one past the end too
-                        for number in range(1, pages + 1):
-                            lq = ListQuery(page=number, size=size, sort=sort, filters=filters)
-                            found, total = await flows.list_flows(session, principal, lq)
-                            where = (principal.username, sort, filters, size, number)
-                            assert total == len(expected), where
-                            assert [f.id for f in found] == expected[lq.offset : lq.offset + size], where
+            for sort, filters, search in [
+                *((sort, filters, None) for sort in SORTS for filters in ({}, {"status": "active"})),
+                *((None, {}, search) for search in SEARCHES),
+                ("-name", {"status": "active"}, "shop"),
+            ]:
+                expected = _expected(rows, principal, ListQuery(sort=sort, filters=filters, search=search))
+                for size in (1, 3, 7, 1000):
+                    pages = len(expected) // size + 2  # one past the end too
+                    for number in range(1, pages + 1):
+                        lq = ListQuery(page=number, size=size, sort=sort, filters=filters, search=search)
+                        found, total = await flows.list_flows(session, principal, lq)
+                        where = (principal.username, sort, filters, search, size, number)
+                        assert total == len(expected), where
+                        assert [f.id for f in found] == expected[lq.offset : lq.offset + size], where
     member_sees = set(_expected(rows, MEMBER, ListQuery()))
     assert member_sees
     for r in rows:
