@@ -84,7 +84,7 @@ class Database:
             try:
                 yield session
             except DBAPIError as exc:
-                raise _map_db_error(exc) from exc
+                raise map_db_error(exc) from exc
 
     @contextlib.asynccontextmanager
     async def write(self, *, durable: bool = True) -> AsyncIterator[AsyncSession]:
@@ -111,7 +111,7 @@ class Database:
                     async with session.begin():
                         yield session
                 except DBAPIError as exc:
-                    raise _map_db_error(exc) from exc
+                    raise map_db_error(exc) from exc
         finally:
             if file_lock is not None:
                 file_lock.release()
@@ -217,7 +217,7 @@ def is_unique_violation(exc: BaseException) -> bool:
     return False
 
 
-def _map_db_error(exc: DBAPIError) -> Exception:
+def map_db_error(exc: DBAPIError) -> Exception:
     if isinstance(exc, IntegrityError):
         if is_unique_violation(exc):
             return Conflict("An object with these values already exists.")
