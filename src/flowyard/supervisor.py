@@ -27,6 +27,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from flowyard import metrics
+
 log = logging.getLogger("flowyard.supervisor")
 
 _FD_ENV = "FLOWYARD_LISTEN_FD"
@@ -107,6 +109,7 @@ class Supervisor:
     def _spawn(self, child: Child) -> None:
         fd = self.sock.fileno()
         env = {**os.environ, _FD_ENV: str(fd), "FLOWYARD_CHILD_NAME": child.name}
+        env.pop("FLOWYARD_METRICS_PORT", None)  # the engine child is counted through the API's /metrics
         child.proc = subprocess.Popen(
             child.argv, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent, close_fds=True
         )
@@ -126,6 +129,7 @@ class Supervisor:
             if now - child.started < delay:
                 continue
             log.warning("%s (pid %d) exited with %s; restarting", child.name, proc.pid, proc.returncode)
+            metrics.process_dead(proc.pid)
             child.failures += 1
             child.restarts += 1
             self._spawn(child)
