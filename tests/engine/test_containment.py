@@ -169,7 +169,6 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str, metrics_u
         assert value(kills, "flowyard_runner_kills_total", reason="cpu") == 1
         assert value(kills, "flowyard_runner_kills_total", reason="memory") == 1
         assert value(kills, "flowyard_runner_kills_total", reason="crash") == 0
-        assert value(kills, "flowyard_execution_reruns_total") == 0
         print(f"/health: {len(sampler.latencies)} probes, p99 {sampler.p99() * 1000:.1f} ms")
         assert len(sampler.latencies) > 100
         assert sampler.p99() < 0.100, f"/health p99 {sampler.p99() * 1000:.0f} ms"
