@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from flowyard import metrics
+from flowyard.api.docs import errors
 from flowyard.errors import Forbidden
 
 router = APIRouter(tags=["health"])
@@ -20,8 +21,10 @@ router = APIRouter(tags=["health"])
             "description": "Prometheus text format",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        403: {"description": "Not a loopback client and no valid bearer token (FLOWYARD_METRICS_TOKEN)"},
+        403: {**errors(403)[403], "description": "Not a loopback client, or no valid metrics token"},
     },
+    description="Loopback clients only, unless FLOWYARD_METRICS_TOKEN is set: then "
+    "`Authorization: Bearer <that token>` only.",
 )
 async def get_metrics(request: Request) -> Response:
     settings = request.app.state.settings
