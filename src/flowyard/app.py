@@ -12,11 +12,14 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from flowyard import __version__
+from flowyard import metrics as metric_values
 from flowyard.api import health
+from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
 from flowyard.config import Settings
 from flowyard.db.session import Database
+from flowyard.engine import queue
 from flowyard.engine import router as components_router
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
@@ -117,6 +120,12 @@ def create_app(
     app.state.engine = None
     app.state.draining = False  # set by the first SIGTERM/SIGINT (flowyard.server)
     app.state.hub = CompletionHub()
+
+    async def read_queue() -> tuple[dict[str, int], float]:
+        async with app.state.db.read() as session:
+            return await queue.depth(session)
+
+    app.state.queue_gauges = metric_values.QueueGauges(read_queue)
     app.state.notifier = Notifier()
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
@@ -129,6 +138,7 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (
         health,
+        metrics_router,
         iam_router,
         flows_router,
         templates_router,

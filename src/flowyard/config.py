@@ -30,6 +30,26 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8000, ge=0, le=65535, description="Port the HTTP server binds to.")
     log_level: str = Field("info", description="Python log level of the service.")
+    log_format: Literal["json", "text"] | None = Field(
+        None,
+        description="json: one JSON object per line (time, level, logger, message, requestId and, "
+        "where known, flowId, executionId, tenant); text: plain lines. Default: text when stderr "
+        "is a terminal, else json.",
+    )
+    access_log: bool = Field(
+        False, description="Log one line per HTTP request (uvicorn's access log, in FLOWYARD_LOG_FORMAT)."
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token GET /metrics requires. Unset: /metrics answers loopback clients only.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`flowyard worker` only: serve its own GET /metrics on FLOWYARD_HOST at this port "
+        "(unset: no listener). `serve` exposes /metrics on its API port.",
+    )
 
     # -- first start and authentication ------------------------------------
     admin_username: str | None = Field(None, description="First administrator, created when no user exists.")

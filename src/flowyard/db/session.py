@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from flowyard import metrics
 from flowyard.errors import Conflict, StorageUnavailable
 
 
@@ -110,6 +112,8 @@ class Database:
                 try:
                     async with session.begin():
                         yield session
+                        committing = time.perf_counter()
+                    metrics.db_commit(time.perf_counter() - committing)
                 except DBAPIError as exc:
                     raise map_db_error(exc) from exc
         finally:

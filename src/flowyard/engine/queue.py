@@ -415,3 +415,24 @@ async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
         )
         or 0
     )
+
+
+async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
+    """Executions queued and running now, and the age in seconds of the oldest queued one
+    (0: none), for the metrics. The oldest is one probe of (status, id): ids begin with
+    their creation second."""
+    counts = {
+        status: int(n)
+        for status, n in (
+            await session.execute(
+                sa.select(Execution.status, sa.func.count())
+                .where(Execution.status.in_(("queued", "running")))
+                .group_by(Execution.status)
+            )
+        ).all()
+    }
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == "queued"))
+    age = 0.0
+    if oldest:
+        age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))
+    return counts, age

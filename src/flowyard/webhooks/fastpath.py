@@ -12,11 +12,16 @@ from urllib.parse import parse_qs, unquote
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flowyard import metrics
+from flowyard.api.middleware import ROUTE_KEY
 from flowyard.errors import FlowyardError, Problem, error_body
+from flowyard.ids import is_valid_id
+from flowyard.logconfig import flow_id as flow_id_var
 from flowyard.webhooks import handler
 
 log = logging.getLogger(__name__)
 _PREFIX = "/webhooks/"
+ROUTE = "/webhooks/{flowId}"
 
 
 class WebhookFastPath:
@@ -33,15 +38,21 @@ class WebhookFastPath:
         if not flow_id or "/" in flow_id:
             await self.app(scope, receive, send)
             return
+        scope[ROUTE_KEY] = ROUTE
+        if is_valid_id(flow_id):  # the caller's text goes into no log line unchecked
+            flow_id_var.set(flow_id)
         try:
             reply = await self._handle(scope, receive, flow_id)
             status, body, headers = reply.status, orjson.dumps(reply.body), reply.headers
+            metrics.webhook(None)
         except FlowyardError as exc:
             status = exc.status
             body = orjson.dumps(error_body(exc.status, exc.problems))
             headers = exc.headers
+            metrics.webhook(status)
         except Exception:
             log.exception("webhook for flow %s failed unexpectedly", flow_id[:64])
+            metrics.webhook(500)
             status, headers = 500, {}
             rid = scope.get("state", {}).get("request_id", "-")
             body = orjson.dumps(error_body(500, [Problem(f"Internal error (request id {rid}).")]))
