@@ -109,9 +109,7 @@ def create_app(
         "and read their executions, counts and logs.",
         lifespan=lifespan,
     )
-    box = SecretBox(
-        load_key(settings.secret_key.get_secret_value() if settings.secret_key else None, settings.data_dir)
-    )
+    box = SecretBox(load_key(settings.configured_secret_key(), settings.data_dir))
     app.state.settings = settings
     app.state.registry = registry
     app.state.secret_box = box

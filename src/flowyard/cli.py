@@ -175,6 +175,68 @@ def migrate(revision: str) -> None:
 
 
 @main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def backup(path: Path) -> None:
+    """Copy the embedded database (online, consistent) and secret.key into the new directory
+    PATH (mode 0700). PostgreSQL: use pg_dump (docs/operations.md)."""
+    from flowyard.ops import backup as ops_backup
+
+    made = _ops(lambda: ops_backup.backup(_settings(), path))
+    for note in made.notes:
+        click.echo(f"note: {note}", err=True)
+    db = made.manifest["database"]
+    click.echo(f"backup of revision {made.manifest['revision']} in {path} ({db['bytes']} bytes)")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def restore(path: Path) -> None:
+    """Replace the embedded database (and secret.key) with the backup in PATH. Refuses while a
+    process has the database open; the replaced files are kept in replaced-<time>/."""
+    from flowyard.ops import backup as ops_backup
+
+    done = _ops(lambda: ops_backup.restore(_settings(), path))
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"restored revision {done.revision} from {path}")
+    if done.replaced is not None:
+        click.echo(f"replaced files kept in {done.replaced}")
+    if done.pending:
+        click.echo(
+            f"{len(done.pending)} migrations pending: flowyard serve (or flowyard migrate) applies them"
+        )
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
+@click.option("--quick", is_flag=True, help="SQLite: PRAGMA quick_check instead of integrity_check.")
+@click.option(
+    "--stuck-after",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds past its expiry after which a lease counts as stuck (default FLOWYARD_LEASE_SECONDS).",
+)
+def check(as_json: bool, quick: bool, stuck_after: float | None) -> None:
+    """Report schema revision, pending migrations, reachability, integrity, queue depth and
+    stuck leases; exit status 1 when something is wrong. Changes nothing."""
+    from flowyard.ops import check as ops_check
+
+    settings = _settings()
+    report = _ops(lambda: asyncio.run(ops_check.check(settings, quick=quick, stuck_after=stuck_after)))
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else ops_check.render(report))
+    sys.exit(0 if report.ok else 1)
+
+
+def _ops(fn: Callable[[], T]) -> T:
+    from flowyard.ops import OpsError
+
+    try:
+        return fn()
+    except OpsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
 def components() -> None:
     """List installed components, and those that failed to load."""
     registry = Registry.load()

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLOWYARD_", extra="ignore")
+    # populate_by_name: fields with an environment alias (http_allow_networks) still take their name.
+    model_config = SettingsConfigDict(env_prefix="FLOWYARD_", extra="ignore", populate_by_name=True)
 
     # -- where things live -------------------------------------------------
     data_dir: Path = Field(Path("./data"), description="Directory for the embedded database and secrets.")
@@ -159,9 +160,27 @@ class Settings(BaseSettings):
     )
     http_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="CIDRs flow code may reach although the network policy denies them by default "
-        "(loopback, private, link-local, CGNAT, unique-local, multicast, metadata...). Comma-separated "
-        "or a JSON list, e.g. 10.1.0.0/16,fd12::/48.",
+        # One outbound policy for all flow code (http and the connectors); the old name still works.
+        validation_alias=AliasChoices("FLOWYARD_OUTBOUND_ALLOW_NETWORKS", "FLOWYARD_HTTP_ALLOW_NETWORKS"),
+        description="CIDRs flow code (http and the connector components) may reach although the network "
+        "policy denies them by default (loopback, private, link-local, CGNAT, unique-local, multicast, "
+        "metadata...). Comma-separated or a JSON list, e.g. 10.1.0.0/16,fd12::/48. "
+        "FLOWYARD_OUTBOUND_ALLOW_NETWORKS; FLOWYARD_HTTP_ALLOW_NETWORKS is the older name.",
+    )
+    connector_idle_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A connector's connection pool (sql, amqp, redis) unused this long is closed.",
+    )
+    connector_max_result_bytes: int = Field(
+        5 * 1024 * 1024,
+        ge=1024,
+        description="Largest result a connector step emits (sql rows, a redis value), as JSON.",
+    )
+    sql_sqlite_dir: Path | None = Field(
+        None,
+        description="Directory under which the sql component may open SQLite files named by a "
+        "credential (unset: SQLite credentials are refused, so flows cannot open the service's files).",
     )
     http_max_response_bytes: int = Field(
         5 * 1024 * 1024, ge=1024, description="Largest response body the http component reads (decoded)."
@@ -213,6 +232,10 @@ class Settings(BaseSettings):
 
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1
+
+    def configured_secret_key(self) -> str | None:
+        """FLOWYARD_SECRET_KEY when set and not empty; else the key file is used (secrets/crypto.py)."""
+        return self.secret_key.get_secret_value() or None if self.secret_key else None
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -77,6 +77,9 @@ async def run(
     edges: list[dict[str, Any]],
     data: Any,
     settings: Settings = SETTINGS,
+    *,
+    registry: Registry = REGISTRY,
+    credentials: dict[str, dict[str, Any]] | None = None,
 ) -> Outcome:
     flow = CompiledFlow.compile(
         flow_id="f" * 24,
@@ -84,7 +87,7 @@ async def run(
         tenant="t1",
         owner_user="u1",
         graph={"nodes": nodes, "edges": edges},
-        registry=REGISTRY,
+        registry=registry,
     )
     claimed = Claimed(
         id="e" * 24,
@@ -98,7 +101,7 @@ async def run(
         created_at=utcnow(),
         scheduled_for=None,
     )
-    return await run_execution(flow, claimed, settings=settings, http=http)
+    return await run_execution(flow, claimed, settings=settings, http=http, credentials=credentials)
 
 
 def steps(outcome: Outcome) -> dict[str, Any]:

@@ -325,7 +325,7 @@ async def test_loopback_spellings_refused_by_default(configured: MakeClient, adm
     assert up.hits == []
     for host, e in results.items():
         assert e["status"] == "failed", (host, e)
-        assert "refusing to connect" in e["error"] and "FLOWYARD_HTTP_ALLOW_NETWORKS" in e["error"], e[
+        assert "refusing to connect" in e["error"] and "FLOWYARD_OUTBOUND_ALLOW_NETWORKS" in e["error"], e[
             "error"
         ]
 

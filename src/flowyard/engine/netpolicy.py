@@ -230,7 +230,7 @@ class VettingBackend(httpcore.AsyncNetworkBackend):
             detail = "; ".join(refused) if refused else "no address"
             raise DestinationRefused(
                 f"refusing to connect to {host}: {detail}; the network policy allows public "
-                "addresses and FLOWYARD_HTTP_ALLOW_NETWORKS"
+                "addresses and FLOWYARD_OUTBOUND_ALLOW_NETWORKS"
             )
         return allowed
 

@@ -1,0 +1,133 @@
+"""The ``mqtt`` component: publish with QoS 0 or 1 (aiomqtt over paho-mqtt).
+
+The client keeps the credential's host name (TLS verifies the certificate
+against it) but its socket goes to the address the network policy vetted: paho's
+socket factory is replaced on the instance, so no second lookup and no proxy
+environment is used. One connection per credential and runner process, closed when
+unused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from typing import Any, Literal
+
+import aiomqtt
+from pydantic import Field, field_validator
+
+from flowyard.connectors.common import (
+    Pools,
+    as_bytes,
+    check_mapper,
+    credential_key,
+    credential_url,
+    render,
+    tls_context,
+    vet_host,
+)
+from flowyard.engine.builtins import ComponentError, _Fields, _render_url
+from flowyard.engine.components import Component, Message
+from flowyard.engine.context import StepContext
+
+_SCHEMES = {"mqtt": 1883, "mqtts": 8883}
+
+
+class MqttPublishFields(_Fields):
+    topic: str = Field(min_length=1, max_length=1024, description="Topic; may hold {{ JSONata }}.")
+    payload: Any = Field(None, description="Mapper (JSONata leaves) for the payload; default: the data.")
+    qos: Literal[0, 1] = Field(1, description="0: at most once; 1: the broker acknowledged it (PUBACK).")
+    retain: bool = False
+    timeout: float = Field(30.0, gt=0, le=300, description="Connect and acknowledgement timeout, seconds.")
+
+    _payload = field_validator("payload")(check_mapper)
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        if "{{" not in value and ("+" in value or "#" in value):
+            raise ValueError("a publish topic may not contain the wildcards + or #")
+        return value
+
+
+async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float, key: str) -> aiomqtt.Client:
+    ep = credential_url(credentials, "mqtt", _SCHEMES)
+    address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
+    client = aiomqtt.Client(
+        hostname=ep.host,
+        port=ep.port,
+        username=ep.username,
+        password=ep.password,
+        identifier=f"flowyard-{uuid.uuid4().hex[:16]}",
+        tls_context=tls_context(credentials) if ep.scheme == "mqtts" else None,
+        timeout=seconds,
+        keepalive=30,
+    )
+    paho = client._client
+
+    def vetted_socket() -> socket.socket:
+        return socket.create_connection((address, ep.port), timeout=seconds)
+
+    paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
+    await client.__aenter__()
+
+    def lost(future: asyncio.Future[None]) -> None:
+        # The broker went away: drop this connection from the pool (the next step reconnects)
+        # and take the future's exception so it is not reported as never retrieved.
+        if not future.cancelled():
+            future.exception()
+        task = asyncio.get_running_loop().create_task(_POOLS.discard(key, client))
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
+
+    client._disconnected.add_done_callback(lost)
+    return client
+
+
+async def _close(client: aiomqtt.Client) -> None:
+    await client.__aexit__(None, None, None)
+
+
+_POOLS: Pools[aiomqtt.Client] = Pools(_close)
+_CLEANUPS: set[asyncio.Task[None]] = set()
+
+
+async def publish(message: Message, ctx: StepContext) -> Message:
+    f: MqttPublishFields = ctx.fields
+    data = message["data"]
+    topic = _render_url(f.topic, data) if "{{" in f.topic else f.topic
+    if not topic or "+" in topic or "#" in topic:
+        raise ComponentError(f"mqtt: {topic!r} is not a topic to publish to")
+    payload = as_bytes(data if f.payload is None else render(f.payload, data))
+    creds = ctx.credentials or {}
+    key = credential_key("mqtt", creds, ctx.settings)
+    try:
+        async with (
+            asyncio.timeout(f.timeout),
+            _POOLS.use(
+                key, lambda: _connect(creds, ctx, f.timeout, key), ctx.settings.connector_idle_seconds
+            ) as client,
+        ):
+            await client.publish(topic, payload, qos=f.qos, retain=f.retain, timeout=f.timeout)
+    except TimeoutError:
+        await _POOLS.discard(key)
+        raise ComponentError(f"mqtt: no acknowledgement within {f.timeout:g} s") from None
+    except (aiomqtt.MqttError, OSError) as exc:
+        await _POOLS.discard(key)
+        raise ComponentError(f"mqtt: {type(exc).__name__}: {exc}") from None
+    return {"data": data, "metadata": {**message["metadata"], "mqtt": {"topic": topic, "qos": f.qos}}}
+
+
+COMPONENT = Component(
+    id="mqtt",
+    description="MQTT: publish with QoS 0/1. Credentials: {url} (mqtt://user:pw@host:1883 or mqtts://...), "
+    "optional {password}, {ca} (PEM).",
+    functions={"publish": publish},
+    default_function="publish",
+    fields=MqttPublishFields,
+    function_descriptions={
+        "publish": "Publish the payload to a topic (QoS 1: once the broker acknowledged); passes the "
+        "message on with metadata.mqtt.",
+    },
+)

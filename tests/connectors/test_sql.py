@@ -1,0 +1,298 @@
+"""The sql component against the real PostgreSQL and MariaDB on this machine, and SQLite files."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from flowyard.config import Settings
+from flowyard.connectors import sql
+from flowyard.connectors.common import vet_host
+from flowyard.engine.builtins import ComponentError
+from tests.conftest import wait_until
+from tests.connectors.conftest import REGISTRY, outputs, require_server, step, step_error
+from tests.engine.test_processes import _free_port
+
+PG = {"url": "postgresql://postgres@127.0.0.1:5432/test"}
+MARIADB = {"url": "mysql://root@127.0.0.1:3306/test"}
+INJECTIONS = [
+    "x'); DROP TABLE {table}; --",
+    "' OR '1'='1",
+    "Robert'); DELETE FROM {table} WHERE ('1'='1",
+    ":name",
+    "\\'; SELECT 1; --",
+]
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[dict[str, Any], str]]:
+    """(credentials, a fresh table name) on each real server."""
+    if request.param == "postgresql":
+        require_server("PostgreSQL", 5432)
+        creds = PG
+    else:
+        require_server("MariaDB", 3306)
+        creds = MARIADB
+    yield creds, f"orders_{uuid.uuid4().hex[:10]}"
+
+
+async def _exec(http: httpx.AsyncClient, settings: Settings, creds: dict[str, Any], statement: str) -> Any:
+    out = await step(http, settings, "sql", "execute", {"statement": statement}, creds)
+    return outputs(out)[0]
+
+
+async def test_insert_and_query_bind_message_data_as_values(
+    http: httpx.AsyncClient, settings: Settings, server: tuple[dict[str, Any], str]
+) -> None:
+    creds, table = server
+    await _exec(http, settings, creds, f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, name VARCHAR(200))")
+    try:
+        names = [s.format(table=table) for s in INJECTIONS]
+        for i, name in enumerate(names):
+            out = await step(
+                http,
+                settings,
+                "sql",
+                "execute",
+                {
+                    "statement": f"INSERT INTO {table} (id, name) VALUES (:id, :name)",
+                    "params": {"id": "id", "name": "name"},
+                },
+                creds,
+                {"id": i + 1, "name": name},
+            )
+            assert outputs(out) == [{"rowCount": 1}]
+        # A value that looks like SQL matches only itself: no row is widened by "' OR '1'='1".
+        out = await step(
+            http,
+            settings,
+            "sql",
+            "query",
+            {"statement": f"SELECT id, name FROM {table} WHERE name = :n", "params": {"n": "n"}},
+            creds,
+            {"n": "' OR '1'='1"},
+        )
+        assert outputs(out) == [{"rows": [{"id": 2, "name": "' OR '1'='1"}], "count": 1}]
+        out = await step(
+            http,
+            settings,
+            "sql",
+            "query",
+            {"statement": f"SELECT id, name FROM {table} ORDER BY id", "output": "each"},
+            creds,
+        )
+        expected = [{"id": i + 1, "name": n} for i, n in enumerate(names)]
+        each = next(s for s in out.steps if s.node_id == "c")
+        assert each.messages_out == len(names) and outputs(out) == expected[: len(each.output)]
+        out = await step(
+            http, settings, "sql", "query", {"statement": f"SELECT id, name FROM {table} ORDER BY id"}, creds
+        )
+        assert outputs(out) == [{"rows": expected, "count": len(names)}]
+    finally:
+        await _exec(http, settings, creds, f"DROP TABLE {table}")
+
+
+async def test_too_many_rows_fail_the_step(
+    http: httpx.AsyncClient, settings: Settings, server: tuple[dict[str, Any], str]
+) -> None:
+    creds, table = server
+    await _exec(http, settings, creds, f"CREATE TABLE {table} (id INTEGER)")
+    try:
+        await _exec(http, settings, creds, f"INSERT INTO {table} VALUES (1), (2), (3)")
+        fields = {"statement": f"SELECT id FROM {table} ORDER BY id", "maxRows": 2}
+        error = step_error(await step(http, settings, "sql", "query", fields, creds))
+        assert "more than 2 rows" in error
+        out = await step(http, settings, "sql", "query", {**fields, "maxRows": 3}, creds)
+        assert outputs(out) == [{"rows": [{"id": 1}, {"id": 2}, {"id": 3}], "count": 3}]
+    finally:
+        await _exec(http, settings, creds, f"DROP TABLE {table}")
+
+
+async def test_statement_errors_and_timeouts_are_step_errors(
+    http: httpx.AsyncClient, settings: Settings, server: tuple[dict[str, Any], str]
+) -> None:
+    creds, table = server
+    error = step_error(await step(http, settings, "sql", "query", {"statement": "SELEC 1"}, creds))
+    assert error.startswith("sql: ") and "syntax" in error.lower()
+    error = step_error(
+        await step(http, settings, "sql", "query", {"statement": f"SELECT * FROM {table}"}, creds)
+    )
+    assert table in error
+    sleep = "SELECT pg_sleep(5)" if creds is PG else "SELECT SLEEP(5)"
+    error = step_error(
+        await step(http, settings, "sql", "query", {"statement": sleep, "timeout": 0.5}, creds)
+    )
+    # Stopped by the server's own statement timeout, not only abandoned by the client.
+    assert "statement timeout" in error or "max_statement_time" in error, error
+
+
+async def test_bad_credentials_and_unreachable_server(
+    http: httpx.AsyncClient, settings: Settings, server: tuple[dict[str, Any], str]
+) -> None:
+    creds, _table = server
+    scheme = creds["url"].split(":", 1)[0]
+    bad = {"url": f"{scheme}://nosuchuser:wrong@127.0.0.1:{5432 if creds is PG else 3306}/test"}
+    error = step_error(await step(http, settings, "sql", "query", {"statement": "SELECT 1"}, bad))
+    assert "nosuchuser" in error and "wrong" not in error
+    closed = {"url": f"{scheme}://u@127.0.0.1:{_free_port()}/test"}
+    error = step_error(
+        await step(http, settings, "sql", "query", {"statement": "SELECT 1", "timeout": 3}, closed)
+    )
+    assert error.startswith("sql: ") and ("refused" in error.lower() or "can't connect" in error.lower()), (
+        error
+    )
+
+
+async def test_loopback_database_refused_by_default_policy(
+    http: httpx.AsyncClient, closed_settings: Settings
+) -> None:
+    """flowyard's own PostgreSQL on 127.0.0.1 is out of a flow's reach unless the operator opens it."""
+    error = step_error(await step(http, closed_settings, "sql", "query", {"statement": "SELECT 1"}, PG))
+    assert "refusing to connect to 127.0.0.1" in error and "FLOWYARD_OUTBOUND_ALLOW_NETWORKS" in error
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("localhost", "loopback"),
+        ("10.1.2.3", "private network"),
+        ("169.254.169.254", "cloud metadata"),
+        ("::ffff:192.168.1.5", "private network"),
+    ],
+)
+async def test_vet_host_refuses_private_destinations(
+    closed_settings: Settings, host: str, reason: str
+) -> None:
+    with pytest.raises(ComponentError, match=reason):
+        await vet_host(closed_settings, host, 5432, within=3)
+
+
+async def test_vet_host_resolves_once_and_returns_the_vetted_address(settings: Settings) -> None:
+    calls: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        calls.append(host)
+        return ["10.9.9.9", "127.0.0.1"]
+
+    # The private address is refused, the allowed loopback one is the one to connect to.
+    assert await vet_host(settings, "db.internal.test", 5432, within=3, resolver=resolver) == "127.0.0.1"
+    assert calls == ["db.internal.test"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1/test?host=/var/run/postgresql",
+        "mysql://root@127.0.0.1/test?unix_socket=/run/mysqld/mysqld.sock",
+    ],
+)
+async def test_driver_parameters_that_bypass_the_policy_are_refused(
+    http: httpx.AsyncClient, settings: Settings, url: str
+) -> None:
+    error = step_error(await step(http, settings, "sql", "query", {"statement": "SELECT 1"}, {"url": url}))
+    assert "may not set" in error
+
+
+async def test_sqlite_files_only_under_the_configured_directory(
+    http: httpx.AsyncClient, settings: Settings, closed_settings: Settings, tmp_path: Path
+) -> None:
+    creds = {"url": "sqlite:///orders.db"}
+    await _exec(http, settings, creds, "CREATE TABLE t (v TEXT)")
+    out = await step(
+        http,
+        settings,
+        "sql",
+        "execute",
+        {"statement": "INSERT INTO t VALUES (:v)", "params": {"v": "v"}},
+        creds,
+        {"v": "a'b"},
+    )
+    assert outputs(out) == [{"rowCount": 1}]
+    out = await step(http, settings, "sql", "query", {"statement": "SELECT v FROM t"}, creds)
+    assert outputs(out) == [{"rows": [{"v": "a'b"}], "count": 1}]
+    assert (tmp_path / "orders.db").exists()
+    for url in ("sqlite:////etc/passwd", "sqlite:///../outside.db", "sqlite:///sub/../../outside.db"):
+        error = step_error(
+            await step(http, settings, "sql", "query", {"statement": "SELECT 1"}, {"url": url})
+        )
+        assert "must lie under FLOWYARD_SQL_SQLITE_DIR" in error, (url, error)
+    assert not (tmp_path.parent / "outside.db").exists()
+    no_dir = closed_settings.model_copy(update={"sql_sqlite_dir": None})
+    error = step_error(await step(http, no_dir, "sql", "query", {"statement": "SELECT 1"}, creds))
+    assert "SQLite credentials are refused" in error
+
+
+async def test_sqlite_cannot_attach_or_write_other_files(
+    http: httpx.AsyncClient, settings: Settings, tmp_path: Path
+) -> None:
+    creds = {"url": "sqlite:///mine.db"}
+    victim = tmp_path.parent / f"victim-{uuid.uuid4().hex[:6]}.db"
+    for statement in (f"ATTACH DATABASE '{victim}' AS v", f"VACUUM INTO '{victim}'"):
+        error = step_error(await step(http, settings, "sql", "execute", {"statement": statement}, creds))
+        assert error.startswith("sql: "), error
+    assert not victim.exists()
+
+
+async def test_pool_is_shared_per_credential_and_closed_when_idle(
+    http: httpx.AsyncClient, settings: Settings
+) -> None:
+    require_server("PostgreSQL", 5432)
+    quick = settings.model_copy(update={"connector_idle_seconds": 0.3})
+    await sql._POOLS.close_all()
+    for _ in range(3):
+        outputs(await step(http, quick, "sql", "query", {"statement": "SELECT 1 AS one"}, PG))
+    assert len(sql._POOLS) == 1
+    outputs(
+        await step(http, quick, "sql", "query", {"statement": "SELECT 1 AS one"}, {**PG, "note": "other"})
+    )
+    assert len(sql._POOLS) == 2
+
+    async def closed() -> bool:
+        return len(sql._POOLS) == 0
+
+    assert await wait_until(closed, within=10)
+    # and the server no longer holds our connections
+    conn = await asyncpg.connect(PG["url"])
+    try:
+
+        async def gone() -> bool:
+            n = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE application_name = 'flowyard' AND pid <> pg_backend_pid()"
+            )
+            return n == 0
+
+        assert await wait_until(gone, within=10)
+    finally:
+        await conn.close()
+
+
+def test_fields_validation_names_missing_and_unused_parameters() -> None:
+    component = REGISTRY.get("sql")
+    assert component is not None
+    problems = component.validate_fields({"statement": "SELECT :a, :b", "params": {"a": "x", "c": "y"}})
+    assert problems and "b" in problems[0][1] and "c" in problems[0][1]
+    assert component.validate_fields({"statement": "SELECT 1", "params": {"1x": "y"}})[0][0] == ".params"
+    assert component.validate_fields({"statement": "SELECT :a", "params": {"a": "$$$("}})
+    assert component.validate_fields({"statement": "SELECT :a", "params": {"a": "x"}}) == []
+
+
+def test_outbound_allow_networks_has_a_general_name_and_keeps_the_old_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOWYARD_OUTBOUND_ALLOW_NETWORKS", "10.1.0.0/16")
+    assert Settings().http_allow_networks == ["10.1.0.0/16"]
+    monkeypatch.delenv("FLOWYARD_OUTBOUND_ALLOW_NETWORKS")
+    monkeypatch.setenv("FLOWYARD_HTTP_ALLOW_NETWORKS", "127.0.0.0/8,::1")
+    assert Settings().http_allow_networks == ["127.0.0.0/8", "::1"]
+    # The runner processes get their settings by field name.
+    assert Settings(
+        **Settings(http_allow_networks=["10.0.0.0/8"]).model_dump(mode="json")
+    ).http_allow_networks == ["10.0.0.0/8"]
