@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -26,6 +27,12 @@ class Settings(BaseSettings):
         None,
         description="SQLAlchemy URL. Default: sqlite+aiosqlite:///<data_dir>/flowyard.db. "
         "PostgreSQL: postgresql+asyncpg://user@host/db.",
+    )
+    database_pgbouncer: bool = Field(
+        False,
+        description="PostgreSQL only: FLOWYARD_DATABASE_URL points at PgBouncer in transaction mode "
+        "(the same as the URL option ?pgbouncer=true): no prepared-statement caches, so no state "
+        "outlives a transaction. Set FLOWYARD_NOTIFY_DATABASE_URL to a direct connection for LISTEN.",
     )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8000, ge=0, le=65535, description="Port the HTTP server binds to.")
@@ -270,5 +277,8 @@ class Settings(BaseSettings):
 
     def resolved_database_url(self) -> str:
         if self.database_url:
+            if self.database_pgbouncer:
+                url = make_url(self.database_url)
+                return url.update_query_dict({"pgbouncer": "true"}).render_as_string(hide_password=False)
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'flowyard.db').resolve()}"
