@@ -9,7 +9,9 @@ thread wake-up, a ``call_soon_threadsafe`` back). Here the cursor is made on the
 spot, and execute, fetch and close happen in one call on the connection's
 thread; ``fetchall`` and ``close`` then need no hop (closing a cursor whose rows
 were all fetched only frees it, as garbage collection would on this thread
-anyway). Everything else is aiosqlite's own.
+anyway). Everything else is aiosqlite's own. A result is fetched whole with its
+statement, so a streamed read (``AsyncConnection.stream``, unused here) would not
+stream on SQLite.
 """
 
 from __future__ import annotations
