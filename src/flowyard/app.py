@@ -37,7 +37,7 @@ from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
-from flowyard.webhooks import router as webhooks_router
+from flowyard.webhooks import openapi as webhooks_openapi
 from flowyard.webhooks.fastpath import WebhookFastPath
 from flowyard.webhooks.service import WebhookBatcher, WebhookLimits
 
@@ -144,7 +144,6 @@ def create_app(
         templates_router,
         secrets_router,
         executions_router,
-        webhooks_router,
         logs_router,
         components_router,
     ):
@@ -162,6 +161,7 @@ def _install_openapi(app: FastAPI) -> None:
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorResponse"] = ERROR_SCHEMA
+        webhooks_openapi.document(schema)  # served by the ASGI fast path, not a route
         for model in _BODY_MODELS:
             model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, sub in model_schema.pop("$defs", {}).items():

@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from flowyard import metrics
+from flowyard.db import sqlite_driver
 from flowyard.errors import Conflict, StorageUnavailable
 
 
@@ -48,7 +49,12 @@ class Database:
             # Reuse the most recent connection: its cache is warm and its synchronous
             # mode usually already the one wanted.
             kwargs["pool_use_lifo"] = True
-            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+            # One thread hop per statement instead of four (db/sqlite_driver.py).
+            kwargs["connect_args"] = {
+                "timeout": 30,
+                "check_same_thread": False,
+                "async_creator_fn": sqlite_driver.connect,
+            }
         else:
             kwargs["pool_size"] = min(pool_size, 20)
             kwargs["max_overflow"] = 20
