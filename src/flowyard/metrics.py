@@ -80,7 +80,9 @@ class _Instruments:
             ("trigger",),
             buckets=_EXEC_BUCKETS,
         )
-        self.lease_expiries = c("lease_expiries", "Executions re-queued because their lease expired.")
+        self.lease_expiries = c(
+            "lease_expiries", "Executions re-queued because their worker died (heartbeat or lease)."
+        )
         self.reruns = c("execution_reruns", "Executions re-run on another runner after theirs died.")
         self.cron_ticks = c("cron_ticks", "Cron ticks fired or skipped (overlap).", ("outcome",))
         self.lifecycle_moves = c("lifecycle_moves", "Flows moved out of starting/stopping.", ("to",))
