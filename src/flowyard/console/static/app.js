@@ -29,6 +29,11 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// replaceChildren() would write null as the text "null": leave out what is not there.
+function put(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 let idCounter = 0;
 const uid = (prefix) => `${prefix}-${++idCounter}`;
 
@@ -259,12 +264,12 @@ async function route() {
       if (link.dataset.section === section) link.setAttribute("aria-current", "page");
       else link.removeAttribute("aria-current");
     }
-    main.replaceChildren(h("p", { class: "loading" }, "Loading…"));
+    put(main, h("p", { class: "loading" }, "Loading…"));
     try {
       await view(match, query);
     } catch (err) {
       if (err instanceof ApiError) {
-        main.replaceChildren(
+        put(main, 
           h("h1", {}, err.status === 404 ? "Not found" : "Something went wrong"),
           errorBox(err),
           h("p", {}, h("a", { href: "#/flows" }, "Back to the flows")),
@@ -275,7 +280,7 @@ async function route() {
     }
     return;
   }
-  main.replaceChildren(h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/flows" }, "Go to the flows")));
+  put(main, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/flows" }, "Go to the flows")));
 }
 
 function setTitle(text) {
@@ -304,7 +309,7 @@ async function viewLogin(_m, query) {
       onsubmit: async (ev) => {
         ev.preventDefault();
         submit.disabled = true;
-        out.replaceChildren();
+        put(out, );
         try {
           const login = await api("POST", "/login", { username: user.value, password: pass.value }, { auth: false });
           sessionStorage.setItem(TOKEN_KEY, login.token);
@@ -316,7 +321,7 @@ async function viewLogin(_m, query) {
           navigate(query.get("next") || "/flows");
         } catch (err) {
           session.clear();
-          out.replaceChildren(errorBox(err));
+          put(out, errorBox(err));
           submit.disabled = false;
         }
       },
@@ -327,7 +332,7 @@ async function viewLogin(_m, query) {
     out,
     submit,
   );
-  main.replaceChildren(form);
+  put(main, form);
   user.focus();
 }
 
@@ -364,7 +369,7 @@ function pager(meta, onPage) {
 function table(caption, headers, rows) {
   return h(
     "div",
-    { class: "table-wrap" },
+    { class: "table-wrap", tabindex: 0, role: "region", "aria-label": caption },
     h(
       "table",
       {},
@@ -412,7 +417,7 @@ async function viewFlows(_m, query) {
   );
   for (const el of [status, type, sort]) el.addEventListener("change", () => apply(1));
   const body = h("div", {});
-  main.replaceChildren(
+  put(main, 
     h(
       "div",
       { class: "page-head" },
@@ -440,7 +445,7 @@ async function viewFlows(_m, query) {
       })}`,
     );
     if (!res.data.length) {
-      body.replaceChildren(
+      put(body, 
         emptyState(
           state.search || state.status || state.type
             ? "No flow matches these filters. Clear them to see every flow."
@@ -450,7 +455,7 @@ async function viewFlows(_m, query) {
       );
       return;
     }
-    body.replaceChildren(
+    put(body, 
       table(
         "Flows",
         ["Name", "Status", "Type", "Trigger", "Changed"],
@@ -508,6 +513,8 @@ function drawGraph(graph) {
     "aria-label": `Flow graph: ${nodes.length} nodes, ${edges.length} edges`,
     class: "graph",
   });
+  // Natural size up to 640 px wide at least, so a phone scrolls the graph rather than shrinking it.
+  svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
   const defs = s("defs", {});
   const marker = s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
   marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
@@ -564,8 +571,9 @@ async function viewFlow(id) {
   let flow = (await api("GET", `/flows/${id}`)).data;
   setTitle(flow.name);
   const statusEl = h("div", { class: "status-line", "aria-live": "polite" });
+  const factsEl = h("dl", { class: "facts" });
   const actions = h("div", { class: "actions" });
-  const graphBox = h("div", { class: "graph-box" });
+  const graphBox = h("div", { class: "graph-box", tabindex: 0, role: "region", "aria-label": "Flow graph (scrolls sideways)" });
   const execBox = h("div", {});
   const runBox = h("div", {});
   const hookBox = h("div", {});
@@ -573,23 +581,24 @@ async function viewFlow(id) {
   const canUpdate = hasPermission("tenant.flows.update");
 
   const act = async (fn) => {
-    problems.replaceChildren();
+    put(problems, );
     try {
       await fn();
       await refresh();
     } catch (err) {
-      problems.replaceChildren(errorBox(err));
+      put(problems, errorBox(err));
     }
   };
 
   const renderStatus = () => {
-    statusEl.replaceChildren(
+    put(factsEl, fact("Id", h("span", { class: "mono" }, flow.id)), fact("Type", flow.type), fact("Changed", fmtTime(flow.updatedAt)), fact("Last execution", fmtTime(flow.lastExecutionAt)));
+    put(statusEl, 
       h("span", {}, "Status "),
       badge(flow.status),
       flow.statusMessage ? h("span", { class: "status-message" }, flow.statusMessage) : null,
       flow.nextRunAt ? h("span", { class: "muted" }, ` · next run ${fmtTime(flow.nextRunAt)}`) : null,
     );
-    actions.replaceChildren(
+    put(actions, 
       canUpdate
         ? h("button", { type: "button", disabled: flow.status !== "inactive", onclick: () => act(() => api("POST", `/flows/${id}/start`)) }, "Start")
         : null,
@@ -620,7 +629,7 @@ async function viewFlow(id) {
     if (canUpdate) {
       const input = h("textarea", { rows: 4, class: "mono", spellcheck: "false" }, "{}");
       const out = h("div", { "aria-live": "polite" });
-      runBox.replaceChildren(
+      put(runBox, 
         h("h2", {}, "Run now"),
         runnable ? null : h("p", { class: "muted" }, "Start the flow to run it by hand."),
         h(
@@ -628,7 +637,7 @@ async function viewFlow(id) {
           {
             onsubmit: async (ev) => {
               ev.preventDefault();
-              out.replaceChildren();
+              put(out, );
               let body;
               try {
                 body = input.value.trim() ? JSON.parse(input.value) : {};
@@ -641,7 +650,7 @@ async function viewFlow(id) {
                 const res = await api("POST", `/flows/${id}/executions`, body);
                 navigate(`/executions/${res.data.executionId}`);
               } catch (err) {
-                out.replaceChildren(errorBox(err));
+                put(out, errorBox(err));
               }
             },
           },
@@ -654,11 +663,11 @@ async function viewFlow(id) {
       runBox.dataset.runnable = String(runnable);
     }
     if (flow.cron) {
-      hookBox.replaceChildren(h("h2", {}, "Schedule"), h("p", {}, "Runs on the schedule ", h("code", {}, flow.cron), " (UTC); it takes no webhooks."));
+      put(hookBox, h("h2", {}, "Schedule"), h("p", {}, "Runs on the schedule ", h("code", {}, flow.cron), " (UTC); it takes no webhooks."));
     } else {
       const url = `${location.origin}/webhooks/${flow.id}`;
       const curl = `curl -X POST '${url}' -H 'Content-Type: application/json' -d '{"hello": "world"}'`;
-      hookBox.replaceChildren(
+      put(hookBox, 
         h("h2", {}, "Webhook"),
         h("p", {}, flow.status === "active" ? "Active: POST JSON to this address to start an execution." : "Answers only while the flow is active."),
         h("div", { class: "copy-row" }, h("code", { class: "copy-text", id: "webhook-url" }, url), copyButton(url, "Copy URL")),
@@ -670,7 +679,7 @@ async function viewFlow(id) {
 
   const loadExecutions = async () => {
     const res = await api("GET", `/flows/${id}/executions${qs({ "page[size]": 10 })}`);
-    execBox.replaceChildren(
+    put(execBox, 
       h("div", { class: "section-head" }, h("h2", {}, "Latest executions"), h("a", { href: `#/executions${qs({ flow: id })}` }, "All executions of this flow")),
       res.data.length ? executionsTable(res.data, false) : emptyState(flow.status === "active" ? "No executions yet: send a webhook or use Run now." : "No executions yet."),
     );
@@ -678,7 +687,7 @@ async function viewFlow(id) {
 
   const refresh = async () => {
     const next = (await api("GET", `/flows/${id}`)).data;
-    const changed = next.status !== flow.status || next.statusMessage !== flow.statusMessage || next.nextRunAt !== flow.nextRunAt;
+    const changed = next.status !== flow.status || next.statusMessage !== flow.statusMessage || next.nextRunAt !== flow.nextRunAt || next.lastExecutionAt !== flow.lastExecutionAt;
     flow = next;
     if (changed) renderStatus();
     await loadExecutions();
@@ -686,13 +695,13 @@ async function viewFlow(id) {
 
   graphBox.append(drawGraph(flow.graph));
   renderStatus();
-  main.replaceChildren(
+  put(main, 
     h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "),
     h("div", { class: "page-head" }, h("h1", {}, flow.name), actions),
     statusEl,
     flow.description ? h("p", {}, flow.description) : null,
     problems,
-    h("dl", { class: "facts" }, ...fact("Id", h("span", { class: "mono" }, flow.id)), ...fact("Type", flow.type), ...fact("Changed", fmtTime(flow.updatedAt)), ...fact("Last execution", fmtTime(flow.lastExecutionAt))),
+    factsEl,
     h("section", { "aria-label": "Graph" }, h("h2", {}, "Graph"), graphBox),
     h("div", { class: "two-col" }, h("section", {}, hookBox), h("section", {}, runBox)),
     h("section", {}, execBox),
@@ -733,7 +742,7 @@ async function viewEditor(id) {
       onsubmit: async (ev) => {
         ev.preventDefault();
         for (const c of Object.values(controls)) setFieldError(c, []);
-        general.replaceChildren();
+        put(general, );
         let graphValue;
         try {
           graphValue = JSON.parse(graph.value);
@@ -759,7 +768,7 @@ async function viewEditor(id) {
             } else rest.push(e);
           }
           for (const [control, messages] of byControl) setFieldError(control, messages);
-          if (rest.length || !byControl.size) general.replaceChildren(errorBox(rest.length ? new ApiError(err.status, rest) : err));
+          if (rest.length || !byControl.size) put(general, errorBox(rest.length ? new ApiError(err.status, rest) : err));
           const first = byControl.keys().next().value;
           if (first) first.focus();
         }
@@ -773,7 +782,7 @@ async function viewEditor(id) {
     general,
     h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
   );
-  main.replaceChildren(h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
   name.focus();
 }
 
@@ -790,10 +799,10 @@ async function viewExecutions(_m, query) {
   flowSel.addEventListener("change", () => apply(1));
   statusSel.addEventListener("change", () => apply(1));
   const body = h("div", { "aria-live": "polite" });
-  main.replaceChildren(h("h1", {}, "Executions"), h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, field("Flow", flowSel), field("Status", statusSel)), body);
+  put(main, h("h1", {}, "Executions"), h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, field("Flow", flowSel), field("Status", statusSel)), body);
   const load = async () => {
     const res = await api("GET", `/executions${qs({ "filter[flowId]": state.flow, "filter[status]": state.status, "page[size]": 20, "page[number]": state.page })}`);
-    body.replaceChildren(
+    put(body, 
       res.data.length ? executionsTable(res.data, true) : emptyState("No executions here yet. They appear when an active flow receives a webhook, a cron tick or a manual run."),
       res.data.length ? pager(res.meta, apply) : null,
     );
@@ -809,7 +818,7 @@ function logScope(tenant, user) {
 async function viewExecution(id) {
   setTitle("Execution");
   const box = h("div", {});
-  main.replaceChildren(h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "Executions"), " / "), h("h1", {}, "Execution ", h("span", { class: "mono" }, id)), box);
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "Executions"), " / "), h("h1", {}, "Execution ", h("span", { class: "mono" }, id)), box);
   let last = "";
   const load = async () => {
     const x = (await api("GET", `/executions/${id}`)).data;
@@ -845,7 +854,7 @@ async function viewExecution(id) {
       },
       "Run again with this input",
     );
-    box.replaceChildren(
+    put(box, 
       h("div", { class: "status-line", "aria-live": "polite" }, h("span", {}, "Status "), badge(x.status), x.error ? h("span", { class: "status-message" }, x.error) : null),
       h(
         "dl",
@@ -938,7 +947,7 @@ async function viewLogs(_m, query) {
       page: page > 1 ? page : "",
     });
   const body = h("div", {});
-  main.replaceChildren(
+  put(main, 
     h("h1", {}, "Logs"),
     h(
       "form",
@@ -969,7 +978,7 @@ async function viewLogs(_m, query) {
         "page[number]": state.page,
       })}`,
     );
-    body.replaceChildren(
+    put(body, 
       res.data.length
         ? table(
             "Log entries",
@@ -994,7 +1003,7 @@ async function viewLogs(_m, query) {
   try {
     await load();
   } catch (err) {
-    body.replaceChildren(errorBox(err));
+    put(body, errorBox(err));
     return;
   }
   if (state.page === 1) poll(load);
@@ -1014,7 +1023,7 @@ async function viewCounts(_m, query) {
   const start = h("input", { type: "date", value: state.start });
   const end = h("input", { type: "date", value: state.end });
   const body = h("div", {});
-  main.replaceChildren(
+  put(main, 
     h("h1", {}, "Execution counts"),
     h(
       "form",
@@ -1028,7 +1037,7 @@ async function viewCounts(_m, query) {
   const days = [];
   for (let d = new Date(`${state.start}T00:00:00Z`); isoDay(d) <= state.end && days.length <= 92; d = new Date(d.getTime() + 86400000)) days.push(isoDay(d));
   if (days.length > 92 || !days.length) {
-    body.replaceChildren(errorBox({ message: "Choose a frame of 1 to 92 days, the first day before the last." }));
+    put(body, errorBox({ message: "Choose a frame of 1 to 92 days, the first day before the last." }));
     return;
   }
   const frame = { start: state.start, end: state.end };
@@ -1044,7 +1053,7 @@ async function viewCounts(_m, query) {
       Promise.all(days.map((d) => api("GET", `/icenter/executions${qs({ start: d, end: d, groupby: "flow" })}`))),
     ]);
   } catch (err) {
-    body.replaceChildren(errorBox(err));
+    put(body, errorBox(err));
     return;
   }
   const total = byFlow.metadata.totalExecutions;
@@ -1082,7 +1091,7 @@ async function viewCounts(_m, query) {
   const users = top(byUser.data, (r) => r.username || r._id);
   const comps = top(byComponent.data, (r) => r.component || r._id || "(none)");
   const dayValues = perDay.map((r) => r.metadata.totalExecutions);
-  body.replaceChildren(
+  put(body, 
     h("p", { class: "total", "aria-live": "polite" }, h("strong", { id: "counts-total" }, String(total)), ` executions from ${state.start} to ${state.end} (UTC days)`),
     h(
       "div",
@@ -1104,18 +1113,18 @@ async function viewTemplates(_m, query) {
   const tags = h("input", { type: "text", value: state.tags, placeholder: "comma,separated" });
   const apply = (page) => navigate("/templates", { search: search.value, tags: tags.value.trim(), page: page > 1 ? page : "" });
   const body = h("div", {});
-  main.replaceChildren(
+  put(main, 
     h("h1", {}, "Templates"),
     h("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(1); } }, field("Search", search), field("Tags", tags, "Templates with any of these tags, and untagged ones."), h("button", { type: "submit" }, "Search")),
     body,
   );
   const res = await api("GET", `/templates${qs({ search: state.search, tags: state.tags, "page[size]": 24, "page[number]": state.page, sort: "name" })}`);
   if (!res.data.length) {
-    body.replaceChildren(emptyState(state.search || state.tags ? "No template matches. Clear the search." : "No templates yet. An administrator imports them with flowyard templates import FILE.json."));
+    put(body, emptyState(state.search || state.tags ? "No template matches. Clear the search." : "No templates yet. An administrator imports them with flowyard templates import FILE.json."));
     return;
   }
   const canCreate = hasPermission("tenant.flows.create");
-  body.replaceChildren(
+  put(body, 
     h(
       "ul",
       { class: "gallery" },
@@ -1140,7 +1149,7 @@ async function viewTemplates(_m, query) {
                       toast("Flow created from the template.");
                       navigate(`/flows/${created.data.id}`);
                     } catch (err) {
-                      out.replaceChildren(errorBox(err));
+                      put(out, errorBox(err));
                     }
                   },
                 },
@@ -1171,12 +1180,12 @@ async function viewAdmin(tab) {
     ADMIN_TABS.map(([key, label]) => h("a", { href: `#/admin/${key}`, "aria-current": key === tab ? "page" : null }, label)),
   );
   const body = h("div", {});
-  main.replaceChildren(h("h1", {}, "Administration"), tabs, body);
+  put(main, h("h1", {}, "Administration"), tabs, body);
   const views = { tokens: adminTokens, users: adminUsers, tenants: adminTenants, roles: adminRoles };
   try {
     await views[tab](body);
   } catch (err) {
-    if (err instanceof ApiError && err.status === 403) body.replaceChildren(errorBox({ message: "You lack the permission for this page; ask an administrator." }));
+    if (err instanceof ApiError && err.status === 403) put(body, errorBox({ message: "You lack the permission for this page; ask an administrator." }));
     else throw err;
   }
 }
@@ -1189,12 +1198,12 @@ function createForm(title, controls, submitLabel, onSubmit) {
       class: "card",
       onsubmit: async (ev) => {
         ev.preventDefault();
-        out.replaceChildren();
+        put(out, );
         try {
           await onSubmit(out);
           form.reset();
         } catch (err) {
-          out.replaceChildren(errorBox(err));
+          put(out, errorBox(err));
         }
       },
     },
@@ -1213,7 +1222,7 @@ async function adminTokens(body) {
   const list = h("div", {});
   const load = async () => {
     const res = await api("GET", `/tokens${qs({ "page[size]": 100 })}`);
-    list.replaceChildren(
+    put(list, 
       table(
         "Your tokens",
         ["Description", "Kind", "Created", "Expires", "Last used", ""],
@@ -1232,18 +1241,18 @@ async function adminTokens(body) {
       ),
     );
   };
-  body.replaceChildren(
+  put(body, 
     createForm("Create an API token", [field("Description", description), field("Expires (UTC, optional)", expires)], "Create token", async () => {
       const res = await api("POST", "/tokens", { description: description.value || null, expiresAt: expires.value ? `${expires.value}:00Z` : null });
       const text = res.data.token;
-      shown.replaceChildren(
+      put(shown, 
         h(
           "div",
           { class: "card token-once", role: "alert" },
           h("h2", {}, "Your new token"),
           h("p", {}, "Copy it now: it is shown only this once and cannot be read again."),
           h("div", { class: "copy-row" }, h("code", { class: "copy-text", id: "new-token" }, text), copyButton(text, "Copy token")),
-          h("button", { type: "button", class: "secondary small", onclick: () => shown.replaceChildren() }, "I have copied it"),
+          h("button", { type: "button", class: "secondary small", onclick: () => put(shown, ) }, "I have copied it"),
         ),
       );
       await load();
@@ -1259,7 +1268,7 @@ async function adminUsers(body) {
   const list = h("div", {});
   const load = async () => {
     const res = await api("GET", `/api/users${qs({ meta: "true", "page[size]": 100 })}`);
-    list.replaceChildren(
+    put(list, 
       table(
         "Users",
         ["User", "Name", "Status", "Tenant", "Permissions", "Roles"],
@@ -1271,7 +1280,7 @@ async function adminUsers(body) {
   const password = h("input", { type: "password", required: true, minlength: 8, autocomplete: "new-password" });
   const tenant = h("input", { type: "text", class: "mono", placeholder: "tenant id (optional)" });
   const permissions = h("input", { type: "text", placeholder: "tenant.flows.read, tenant.flows.create" });
-  body.replaceChildren(
+  put(body, 
     hasPermission("iam.account.create")
       ? createForm("Create a user", [field("E-mail", username), field("Password (8+ characters)", password), field("Tenant", tenant), field("Permissions", permissions, "Comma-separated.")], "Create user", async () => {
           await api("POST", "/api/users", { username: username.value, password: password.value, tenant: tenant.value.trim() || null, permissions: permissions.value.split(",").map((p) => p.trim()).filter(Boolean) });
@@ -1289,10 +1298,10 @@ async function adminTenants(body) {
   const list = h("div", {});
   const load = async () => {
     const res = await api("GET", `/tenants${qs({ "page[size]": 100 })}`);
-    list.replaceChildren(res.data.length ? table("Tenants", ["Name", "Id", "Created"], res.data.map((t) => h("tr", {}, h("td", {}, t.name), h("td", { class: "mono" }, t.id), h("td", {}, fmtTime(t.createdAt))))) : emptyState("No tenants yet."));
+    put(list, res.data.length ? table("Tenants", ["Name", "Id", "Created"], res.data.map((t) => h("tr", {}, h("td", {}, t.name), h("td", { class: "mono" }, t.id), h("td", {}, fmtTime(t.createdAt))))) : emptyState("No tenants yet."));
   };
   const name = h("input", { type: "text", required: true, maxlength: 200 });
-  body.replaceChildren(
+  put(body, 
     hasPermission("iam.tenant.create")
       ? createForm("Create a tenant", [field("Name", name)], "Create tenant", async () => {
           await api("POST", "/tenants", { name: name.value });
@@ -1310,12 +1319,12 @@ async function adminRoles(body) {
   const list = h("div", {});
   const load = async () => {
     const res = await api("GET", `/roles${qs({ "page[size]": 100 })}`);
-    list.replaceChildren(res.data.length ? table("Roles", ["Name", "Permissions", "Scope", "Description"], res.data.map((r) => h("tr", {}, h("td", {}, r.name), h("td", {}, r.permissions.join(", ") || "—"), h("td", { class: "mono" }, r.scope || "global"), h("td", {}, r.description || "—")))) : emptyState("No roles yet."));
+    put(list, res.data.length ? table("Roles", ["Name", "Permissions", "Scope", "Description"], res.data.map((r) => h("tr", {}, h("td", {}, r.name), h("td", {}, r.permissions.join(", ") || "—"), h("td", { class: "mono" }, r.scope || "global"), h("td", {}, r.description || "—")))) : emptyState("No roles yet."));
   };
   const name = h("input", { type: "text", required: true, maxlength: 200 });
   const permissions = h("input", { type: "text", placeholder: "tenant.flows.read, tenant.flows.update" });
   const scope = h("input", { type: "text", class: "mono", placeholder: "tenant id; empty: global" });
-  body.replaceChildren(
+  put(body, 
     createForm("Create a role", [field("Name", name), field("Permissions", permissions, "Comma-separated."), field("Scope", scope)], "Create role", async () => {
       await api("POST", "/roles", { name: name.value, permissions: permissions.value.split(",").map((p) => p.trim()).filter(Boolean), scope: scope.value.trim() || null });
       toast("Role created.");
