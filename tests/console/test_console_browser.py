@@ -129,6 +129,11 @@ class Browser:
         self.wait(f"{tag} {label!r} enabled", lambda d: el.is_enabled() or None)
         el.click()
 
+    def button(self, label: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.XPATH, f"//button[normalize-space(.)={json.dumps(label)}]")
+
     def settle(self) -> None:
         """No request in flight and the page's loading placeholder gone."""
         self.wait("page loaded", lambda d: not d.find_elements("css selector", "main > .loading"))
@@ -246,6 +251,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert "if $exists(id)" in labels and "map total, id" in labels, labels
     assert f"/webhooks/{flow_id}" in b.text("#webhook-url")
     b.wait_text(".status-line", "inactive")
+    assert b.button("Start").is_enabled() and not b.button("Stop").is_enabled()
     b.check_page("flow-inactive")
 
     # Start it and watch it reach active without a reload.
@@ -253,7 +259,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.click_text("button", "Start")
     b.wait_text(".status-line", r"\bactive\b")
     assert d.execute_script("return window.__sameDocument === true"), "the page reloaded"
-    assert not b.find("button.secondary:not([disabled])").text == "Start"
+    assert not b.button("Start").is_enabled() and b.button("Stop").is_enabled()
 
     # Webhooks from the test; the executions appear on the flow page by themselves.
     ok = api.post(f"/webhooks/{flow_id}", json={"id": "A-1", "total": 7})

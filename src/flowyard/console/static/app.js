@@ -542,7 +542,7 @@ function drawGraph(graph) {
   return svg;
 }
 
-function executionsTable(items, withFlow) {
+function executionsTable(items, withFlow, flowNames) {
   return table(
     "Executions",
     ["Execution", ...(withFlow ? ["Flow"] : []), "Status", "Trigger", "Created", "Duration"],
@@ -551,7 +551,9 @@ function executionsTable(items, withFlow) {
         "tr",
         {},
         h("td", {}, h("a", { href: `#/executions/${x.id}`, class: "mono" }, x.id)),
-        withFlow ? h("td", {}, h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId.slice(-8))) : null,
+        withFlow
+          ? h("td", {}, flowNames && flowNames.has(x.flowId) ? h("a", { href: `#/flows/${x.flowId}` }, flowNames.get(x.flowId)) : h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId.slice(-8)))
+          : null,
         h("td", {}, badge(x.status)),
         h("td", {}, x.trigger),
         h("td", {}, fmtTime(x.createdAt)),
@@ -803,7 +805,7 @@ async function viewExecutions(_m, query) {
   const load = async () => {
     const res = await api("GET", `/executions${qs({ "filter[flowId]": state.flow, "filter[status]": state.status, "page[size]": 20, "page[number]": state.page })}`);
     put(body, 
-      res.data.length ? executionsTable(res.data, true) : emptyState("No executions here yet. They appear when an active flow receives a webhook, a cron tick or a manual run."),
+      res.data.length ? executionsTable(res.data, true, new Map(flows.data.map((f) => [f.id, f.name]))) : emptyState("No executions here yet. They appear when an active flow receives a webhook, a cron tick or a manual run."),
       res.data.length ? pager(res.meta, apply) : null,
     );
   };
@@ -1072,7 +1074,7 @@ async function viewCounts(_m, query) {
       charts.push(
         new window.Chart(canvas, {
           type: "bar",
-          data: { labels, datasets: [{ label: "executions", data: values, backgroundColor: "#2f6f9f", borderRadius: 3 }] },
+          data: { labels, datasets: [{ label: "executions", data: values, backgroundColor: "#2f6f9f", borderRadius: 3, maxBarThickness: 36 }] },
           options: {
             indexAxis: kind === "h" ? "y" : "x",
             responsive: true,
@@ -1096,7 +1098,7 @@ async function viewCounts(_m, query) {
     h(
       "div",
       { class: "charts" },
-      chartBox("Executions per day", days, dayValues, "v", ["Day", "Executions"], days.map((d, i) => h("tr", {}, h("td", {}, d), h("td", {}, dayValues[i])))),
+      chartBox("Executions per day", days.map((d) => d.slice(5)), dayValues, "v", ["Day", "Executions"], days.map((d, i) => h("tr", {}, h("td", {}, d), h("td", {}, dayValues[i])))),
       chartBox("Top flows", flows.map((r) => r[0]), flows.map((r) => r[1]), "h", ["Flow", "Executions"], byFlow.data.map((r) => h("tr", {}, h("td", {}, h("a", { href: `#/flows/${r._id}` }, r.flowName || r._id)), h("td", {}, r.executions)))),
       chartBox("Per user", users.map((r) => r[0]), users.map((r) => r[1]), "h", ["User", "Executions"], byUser.data.map((r) => h("tr", {}, h("td", {}, r.username || r._id), h("td", {}, r.executions)))),
       chartBox("Steps per component", comps.map((r) => r[0]), comps.map((r) => r[1]), "h", ["Component", "Steps run"], byComponent.data.map((r) => h("tr", {}, h("td", {}, r.component || r._id), h("td", {}, r.executions)))),
