@@ -302,6 +302,22 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.check_page("editor-error")
     b.click_text("a", "Cancel")
 
+    # Text from the API is text: a flow named like markup shows as typed and runs nothing.
+    hostile = '<img src="x" onerror="window.__pwned = 1">'
+    r = api.post(
+        "/flows",
+        headers=admin,
+        json={"name": hostile, "type": "ordinary", "graph": {"nodes": [{"id": hostile[:60]}]}},
+    )
+    assert r.status_code == 201, r.text
+    b.click_text("a", "Flows")
+    b.wait_text("main table tbody", re.escape(hostile))
+    b.find(f"a[href='#/flows/{r.json()['data']['id']}']").click()
+    b.wait_text("main h1", re.escape(hostile))
+    assert b.find("svg.graph .node-label").text == hostile[:60]
+    assert d.execute_script("return window.__pwned") is None
+    assert not b.find_all("main img")
+
     # Logs: the failing step's error entry among them.
     b.click_text("a", "Logs")
     b.wait_text("main table tbody", "order received")
