@@ -284,6 +284,14 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert "order received" in " ".join(el.text for el in b.find_all(".step-succeeded .step-logs"))
     b.check_page("execution-failed")
 
+    # Run it again with the same input: a new execution of the same flow, which fails the same way.
+    b.click_text("button", "Run again with this input")
+    b.wait("a new execution page", lambda d: failed_id not in d.current_url)
+    again = re.search(r"#/executions/([0-9a-f]{24})", d.current_url).group(1)  # type: ignore[union-attr]
+    b.wait_text(".status-line", "failed")
+    rerun = api.get(f"/executions/{again}", headers=admin).json()["data"]
+    assert rerun["trigger"] == "manual" and rerun["flowId"] == flow_id and rerun["input"] == {"id": "A-2"}
+
     # Stop the flow.
     b.go(f"/flows/{flow_id}")
     b.wait_text(".status-line", r"\bactive\b")
@@ -323,9 +331,9 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.wait_text("main table tbody", "order received")
     b.check_page("logs")
 
-    # Counts: two executions today.
+    # Counts: three executions today.
     b.click_text("a", "Counts")
-    assert b.wait_text("#counts-total", "^2$")
+    assert b.wait_text("#counts-total", "^3$")
     assert len(b.find_all("canvas")) == 4
     b.check_page("counts")
 
