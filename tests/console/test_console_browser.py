@@ -129,6 +129,20 @@ class Browser:
         self.wait(f"{tag} {label!r} enabled", lambda d: el.is_enabled() or None)
         el.click()
 
+    def click(self, css: str) -> None:
+        """Click the element, looked up again if a live refresh replaced it meanwhile."""
+        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.webdriver.common.by import By
+
+        def attempt(d: Any) -> bool:
+            try:
+                d.find_element(By.CSS_SELECTOR, css).click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        self.wait(f"click {css}", attempt)
+
     def button(self, label: str) -> Any:
         from selenium.webdriver.common.by import By
 
@@ -219,6 +233,8 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
     admin = {"Authorization": f"Bearer {token}"}
     assert api.post("/templates", json=TEMPLATE, headers=admin).status_code == 201
+    from selenium.webdriver.support.ui import Select
+
     b = browser
     d = b.driver
 
@@ -276,7 +292,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.click_text("a", "Executions")
     b.wait_text("main table tbody", failed_id)
     b.check_page("executions")
-    d.find_element("css selector", f"a[href='#/executions/{failed_id}']").click()
+    b.click(f"a[href='#/executions/{failed_id}']")
     error = b.wait_text(".step-failed .step-error", "yielded no value")
     assert "total" in error
     b.wait_text(".step-failed .step-logs", r"error")
@@ -304,8 +320,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     cron.send_keys("every tuesday")
     b.expected_failures.append((rf"/flows/{flow_id}(\s|$)", 400))
     b.click_text("button", "Save")
-    message = b.text(f"#{cron.get_attribute('id')}-error")
-    assert "cron" in message.lower(), message
+    b.wait_text(f"#{cron.get_attribute('id')}-error", "(?i)cron")
     assert cron.get_attribute("aria-invalid") == "true"
     b.check_page("editor-error")
     b.click_text("a", "Cancel")
@@ -320,11 +335,21 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert r.status_code == 201, r.text
     b.click_text("a", "Flows")
     b.wait_text("main table tbody", re.escape(hostile))
-    b.find(f"a[href='#/flows/{r.json()['data']['id']}']").click()
+    b.click(f"a[href='#/flows/{r.json()['data']['id']}']")
     b.wait_text("main h1", re.escape(hostile))
     assert b.find("svg.graph .node-label").text == hostile[:60]
     assert d.execute_script("return window.__pwned") is None
     assert not b.find_all("main img")
+
+    # Delete (the flow is inactive), then the list's status filter as the API offers it.
+    b.click_text("button", "Delete")
+    d.switch_to.alert.accept()
+    b.wait_text("main h1", "^Flows$")
+    b.wait("the deleted flow gone", lambda d: "Order totals" in d.find_element("id", "main").text)
+    assert hostile not in d.find_element("id", "main").text
+    Select(b.find("#main form.filters select")).select_by_value("active")
+    b.wait_text(".empty", "No flow matches these filters")
+    assert "status=active" in d.current_url
 
     # Logs: the failing step's error entry among them.
     b.click_text("a", "Logs")

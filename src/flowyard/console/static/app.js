@@ -34,6 +34,15 @@ function put(el, ...children) {
   el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
+// Live pages poll: rebuild a region only when its data changed, so focus and clicks survive.
+const lastRendered = new WeakMap();
+function changed(el, data) {
+  const key = JSON.stringify(data);
+  if (lastRendered.get(el) === key) return false;
+  lastRendered.set(el, key);
+  return true;
+}
+
 let idCounter = 0;
 const uid = (prefix) => `${prefix}-${++idCounter}`;
 
@@ -202,18 +211,25 @@ function onLeave(fn) {
   cleanup.push(fn);
 }
 
+// Stops the page's polling; resolves when a refresh already under way has finished.
+function stopLivePage() {
+  const waits = cleanup.map((fn) => fn());
+  cleanup = [];
+  return Promise.all(waits);
+}
+
 // Calls fn now and every POLL_MS while the page is visible; stops when the route changes.
 function poll(fn) {
   let stopped = false;
   let timer = null;
+  let inflight = Promise.resolve();
   const tick = async () => {
     if (stopped) return;
     if (!document.hidden) {
-      try {
-        await fn();
-      } catch (err) {
+      inflight = fn().catch((err) => {
         if (!(err instanceof ApiError)) throw err;
-      }
+      });
+      await inflight;
     }
     if (!stopped) timer = setTimeout(tick, POLL_MS);
   };
@@ -221,6 +237,7 @@ function poll(fn) {
   onLeave(() => {
     stopped = true;
     clearTimeout(timer);
+    return inflight.catch(() => undefined);
   });
 }
 
@@ -249,8 +266,7 @@ function navigate(path, query) {
 }
 
 async function route() {
-  for (const fn of cleanup) fn();
-  cleanup = [];
+  await stopLivePage();
   const { path, query } = parseHash();
   if (!session.token && path !== "/login") {
     navigate("/login", { next: path === "/" ? "" : path });
@@ -444,6 +460,7 @@ async function viewFlows(_m, query) {
         "page[number]": state.page,
       })}`,
     );
+    if (!changed(body, res)) return;
     if (!res.data.length) {
       put(body, 
         emptyState(
@@ -616,11 +633,19 @@ async function viewFlow(id) {
               class: "danger",
               onclick: () => {
                 if (!confirm(`Delete the flow "${flow.name}"? Its execution history stays.`)) return;
-                act(async () => {
-                  await api("DELETE", `/flows/${id}`);
-                  toast("Flow deleted.");
-                  navigate("/flows");
-                });
+                // Quiet first: once the flow is gone no refresh may ask for it again.
+                stopLivePage()
+                  .then(() => api("DELETE", `/flows/${id}`))
+                  .then(
+                    () => {
+                      toast("Flow deleted.");
+                      navigate("/flows");
+                    },
+                    (err) => {
+                      put(problems, errorBox(err));
+                      poll(refresh);
+                    },
+                  );
               },
             },
             "Delete",
@@ -680,7 +705,15 @@ async function viewFlow(id) {
   };
 
   const loadExecutions = async () => {
-    const res = await api("GET", `/flows/${id}/executions${qs({ "page[size]": 10 })}`);
+    let res;
+    try {
+      res = await api("GET", `/flows/${id}/executions${qs({ "page[size]": 10 })}`);
+      if (!changed(execBox, [res, flow.status])) return;
+    } catch (err) {
+      lastRendered.delete(execBox);
+      put(execBox, h("h2", {}, "Latest executions"), errorBox(err.status === 403 ? { message: "You may not read executions (tenant.flows.read); ask an administrator." } : err));
+      return;
+    }
     put(execBox, 
       h("div", { class: "section-head" }, h("h2", {}, "Latest executions"), h("a", { href: `#/executions${qs({ flow: id })}` }, "All executions of this flow")),
       res.data.length ? executionsTable(res.data, false) : emptyState(flow.status === "active" ? "No executions yet: send a webhook or use Run now." : "No executions yet."),
@@ -804,6 +837,7 @@ async function viewExecutions(_m, query) {
   put(main, h("h1", {}, "Executions"), h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, field("Flow", flowSel), field("Status", statusSel)), body);
   const load = async () => {
     const res = await api("GET", `/executions${qs({ "filter[flowId]": state.flow, "filter[status]": state.status, "page[size]": 20, "page[number]": state.page })}`);
+    if (!changed(body, res)) return;
     put(body, 
       res.data.length ? executionsTable(res.data, true, new Map(flows.data.map((f) => [f.id, f.name]))) : emptyState("No executions here yet. They appear when an active flow receives a webhook, a cron tick or a manual run."),
       res.data.length ? pager(res.meta, apply) : null,
@@ -980,6 +1014,7 @@ async function viewLogs(_m, query) {
         "page[number]": state.page,
       })}`,
     );
+    if (!changed(body, res)) return;
     put(body, 
       res.data.length
         ? table(
