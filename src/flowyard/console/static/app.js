@@ -330,7 +330,8 @@ async function viewLogin(_m, query) {
           const login = await api("POST", "/login", { username: user.value, password: pass.value }, { auth: false });
           sessionStorage.setItem(TOKEN_KEY, login.token);
           const found = await api("GET", `/api/users${qs({ username: user.value.trim().toLowerCase() })}`);
-          const me = found[0];
+          const me = found.find((u) => u.username === user.value.trim().toLowerCase());
+          if (!me) throw new ApiError(0, [{ message: "Signed in, but your user record is not readable; ask an administrator." }]);
           const permissions = new Set(me.permissions);
           for (const role of me.roles) for (const p of role.permissions) permissions.add(p);
           session.set(login.token, { id: me.id, username: me.username, tenant: me.tenant, permissions: [...permissions] });
