@@ -24,7 +24,8 @@ def browser_missing() -> str | None:
     return None
 
 
-def pytest_report_header() -> str:
+def report_header() -> str:
+    """One line for pytest's header (hooked in tests/conftest.py: header hooks must live there)."""
     missing = browser_missing()
     if missing is None:
         return f"console: Chromium found ({CHROMIUM}, {CHROMEDRIVER}); the browser tests run"
