@@ -242,6 +242,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.go("/flows")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
     b.check_page("signin")
+    assert not b.find("#signout").is_displayed() and not b.find("#nav").is_displayed()
     b.find("input[name=username]").send_keys(ADMIN)
     b.find("input[name=password]").send_keys(password)
     b.click_text("button", "Sign in")
@@ -384,6 +385,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.click_text("button", "Sign out")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
     assert d.execute_script("return sessionStorage.length") == 0
+    assert not b.find("#signout").is_displayed()
     assert d.execute_script("return window.localStorage.length") == 0
     assert api.get("/flows", headers=admin).status_code == 200  # the test's own session lives on
     b.collect_logs()
