@@ -303,3 +303,10 @@ async def wait_until(predicate: Any, within: float = 10.0, interval: float = 0.0
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {within} s (last value {value!r})")
         await asyncio.sleep(interval)
+
+
+def pytest_report_header() -> str:
+    """Whether the console's browser test will run (tests/console/conftest.py)."""
+    from tests.console.conftest import report_header
+
+    return report_header()

@@ -18,6 +18,7 @@ from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
 from flowyard.config import Settings
+from flowyard.console import router as console_router
 from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.engine import router as components_router
@@ -148,6 +149,8 @@ def create_app(
         components_router,
     ):
         app.include_router(module.router)
+    app.include_router(console_router.router)
+    app.mount("/console/static", console_router.static_files, name="console-static")
     _install_openapi(app)
     return app
 
