@@ -340,6 +340,8 @@ ROWS: list[Row] = [
     Row("GET", "/console/", "page", (), public(200), url("/console/")),
     Row("GET", "/health", "alive", (), public(200), url("/health")),
     Row("GET", "/health/ready", "ready", (), public(200), url("/health/ready")),
+    # From loopback without FLOWYARD_METRICS_TOKEN, as here; its access rule: tests/api/test_metrics.py.
+    Row("GET", "/metrics", "scrape", (), public(200), url("/metrics")),
     Row("POST", "/login", "a tenant-A user's password", (), public(200), _login),
     Row("POST", "/webhooks/{flowId}", "active flow", (), public(202), on(_active_flow, "/webhooks/{id}", {})),
     Row("POST", "/webhooks/{flowId}", "inactive flow", (), public(404), on(_flow, "/webhooks/{id}", {})),
