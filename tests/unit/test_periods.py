@@ -75,6 +75,31 @@ def test_every_frame_is_covered_exactly_once_by_the_largest_periods() -> None:
     assert frames == 86 * 87 // 2
 
 
+def _period_days(kind: str, first: date) -> list[date]:
+    if kind == periods.DAY:
+        return [first]
+    if kind == periods.WEEK:
+        return _days(first, first + timedelta(days=6))
+    return _days(first, first.replace(day=calendar.monthrange(first.year, first.month)[1]))
+
+
+def test_the_single_periods_of_a_cover_are_its_ranges_one_by_one() -> None:
+    """``pieces`` lists every single day, week and month of a cover (the counts read a frame
+    one period at a time), ``count`` says how many without listing them."""
+    for start in _days(FIRST, LAST):
+        for end in _days(start, LAST):
+            c = cover(start, end)
+            pieces = periods.pieces(c)
+            assert c.count() == len(pieces), (start, end)
+            assert sorted(d for kind, first in pieces for d in _period_days(kind, first)) == _days(start, end)
+            assert all(first.weekday() == 0 for kind, first in pieces if kind == periods.WEEK)
+            assert all(first.day == 1 for kind, first in pieces if kind == periods.MONTH)
+    whole = cover(date.min, date.max)
+    assert whole.count() == (9999 * 12) and periods.pieces(cover(date(9999, 12, 1), date.max)) == [
+        (periods.MONTH, date(9999, 12, 1))
+    ]
+
+
 def test_empty_frame_and_the_ends_of_the_calendar() -> None:
     assert cover(date(2024, 1, 2), date(2024, 1, 1)) == periods.Cover()
     for start, end in [

@@ -23,6 +23,14 @@ def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[st
     return module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
 
 
+def joined_strings(session: AsyncSession, column: Any) -> Any:
+    """An aggregate: the group's values of ``column`` joined by commas, in no given order
+    (``group_concat`` on SQLite, ``string_agg`` on PostgreSQL); for values without commas."""
+    if dialect_name(session) == "postgresql":
+        return sa.func.string_agg(column, sa.literal_column("','"), type_=sa.Text)
+    return sa.func.group_concat(column, sa.literal_column("','"), type_=sa.Text)
+
+
 async def increment(
     session: AsyncSession,
     table: Any,

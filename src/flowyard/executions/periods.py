@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
+DAY = "day"
 WEEK = "week"
 MONTH = "month"
 
@@ -64,6 +65,35 @@ class Cover:
     days: list[tuple[date, date]] = field(default_factory=list)
     weeks: list[tuple[date, date]] = field(default_factory=list)
     months: list[tuple[date, date]] = field(default_factory=list)
+
+    def count(self) -> int:
+        """How many single periods (days, weeks, months) the cover holds."""
+        return (
+            sum(last.toordinal() - first.toordinal() + 1 for first, last in self.days)
+            + sum((last.toordinal() - first.toordinal()) // 7 + 1 for first, last in self.weeks)
+            + sum(_month_number(last) - _month_number(first) + 1 for first, last in self.months)
+        )
+
+
+def pieces(c: Cover) -> list[tuple[str, date]]:
+    """Every single period of a cover, ``(DAY | WEEK | MONTH, its first day)``: days, then
+    weeks, then months, each in order."""
+    out = [
+        (DAY, date.fromordinal(o))
+        for first, last in c.days
+        for o in range(first.toordinal(), last.toordinal() + 1)
+    ]
+    out += [
+        (WEEK, date.fromordinal(o))
+        for first, last in c.weeks
+        for o in range(first.toordinal(), last.toordinal() + 1, 7)
+    ]
+    out += [
+        (MONTH, _month_start(n))
+        for first, last in c.months
+        for n in range(_month_number(first), _month_number(last) + 1)
+    ]
+    return out
 
 
 def _cover_with_weeks(first: int, last: int, out: Cover) -> None:
