@@ -100,6 +100,22 @@ def test_the_single_periods_of_a_cover_are_its_ranges_one_by_one() -> None:
     ]
 
 
+def test_the_months_a_frame_touches_hold_exactly_its_days() -> None:
+    """``months_touched``: the months held in part, with the bits of the frame's days in them,
+    and the range of whole months, together name every day of the frame once."""
+    for start in _days(FIRST, LAST):
+        for end in _days(start, LAST):
+            partial, whole = periods.months_touched(start, end)
+            named = [first + timedelta(days=i) for first, mask in partial for i in range(31) if mask >> i & 1]
+            assert all(first.day == 1 and mask for first, mask in partial)
+            if whole is not None:
+                named += [d for m in _days(*whole) if m.day == 1 for d in _period_days(periods.MONTH, m)]
+                assert set(_days(*whole)) & _whole_months(start, end) == _whole_months(start, end)
+            assert sorted(named) == _days(start, end), (start, end, partial, whole)
+    assert periods.months_touched(date(2024, 1, 2), date(2024, 1, 1)) == ([], None)
+    assert periods.months_touched(date.min, date.max) == ([], (date.min, date(9999, 12, 1)))
+
+
 def test_empty_frame_and_the_ends_of_the_calendar() -> None:
     assert cover(date(2024, 1, 2), date(2024, 1, 1)) == periods.Cover()
     for start, end in [

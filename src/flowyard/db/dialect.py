@@ -38,8 +38,10 @@ async def increment(
     counter: str,
     rows: Sequence[Mapping[str, Any]],
     replace: Sequence[str] = (),
+    bits: Sequence[str] = (),
 ) -> None:
-    """Upsert ``rows``: add their ``counter`` to the stored one and overwrite ``replace`` columns."""
+    """Upsert ``rows``: add their ``counter`` to the stored one, overwrite ``replace`` columns
+    and OR the integer ``bits`` columns into the stored ones."""
     if not rows:
         return
     module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
@@ -50,6 +52,8 @@ async def increment(
     set_ = {counter: column + stmt.excluded[counter]}
     for name in replace:
         set_[name] = stmt.excluded[name]
+    for name in bits:
+        set_[name] = table.c[name].op("|")(stmt.excluded[name])
     stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
     # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
     ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))

@@ -96,6 +96,36 @@ def pieces(c: Cover) -> list[tuple[str, date]]:
     return out
 
 
+def months_touched(start: date, end: date) -> tuple[list[tuple[date, int]], tuple[date, date] | None]:
+    """The calendar months ``start``..``end`` (inclusive) touches: those it holds only in part,
+    each as (its 1st, a mask with bit ``i`` set for its ``i``-th day inside the frame, from
+    0), and the range of the 1sts of the months it holds whole (None if none)."""
+    if start > end:
+        return [], None
+    first_whole, last_whole = _month_number_after(start), _month_number_ending_by(end)
+    partial: list[tuple[date, int]] = []
+    if first_whole > last_whole:  # no whole month: one or two partial ones
+        if _month_number(start) == _month_number(end):
+            return [(month_of(start), _day_bits(start.day, end.day))], None
+        last_of_start = date.fromordinal(_next_month_ordinal(start) - 1)
+        return [
+            (month_of(start), _day_bits(start.day, last_of_start.day)),
+            (month_of(end), _day_bits(1, end.day)),
+        ], None
+    if start.day != 1:
+        partial.append(
+            (month_of(start), _day_bits(start.day, date.fromordinal(_next_month_ordinal(start) - 1).day))
+        )
+    if _month_number(end) > last_whole:
+        partial.append((month_of(end), _day_bits(1, end.day)))
+    return partial, (_month_start(first_whole), _month_start(last_whole))
+
+
+def _day_bits(first: int, last: int) -> int:
+    """Bits ``first - 1`` .. ``last - 1`` (days of a month, from 1)."""
+    return ((1 << last) - 1) & ~((1 << (first - 1)) - 1)
+
+
 def _cover_with_weeks(first: int, last: int, out: Cover) -> None:
     """Ordinals ``first``..``last`` (inclusive): whole ISO weeks, then the days at either edge."""
     if first > last:
