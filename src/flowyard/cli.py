@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -32,11 +31,9 @@ def _settings() -> Settings:
 
 
 def _setup_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from flowyard import logconfig
+
+    logconfig.setup(settings.log_format, settings.log_level)
 
 
 def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
@@ -102,17 +99,21 @@ def serve(
     port = port if port is not None else settings.port
     count = api_processes or settings.api_process_count()
     if count > 1:
-        from flowyard import supervisor
+        from flowyard import metrics, supervisor
 
-        sys.exit(
-            supervisor.serve(
+        # Every child records into this run's own directory; any API process sums them all.
+        metrics_dir = metrics.multiproc_dir()
+        try:
+            code = supervisor.serve(
                 host=host,
                 port=port,
                 api_processes=count,
                 engine=not no_engine,
                 grace=settings.stop_grace_seconds,
             )
-        )
+        finally:
+            metrics.remove_multiproc_dir(metrics_dir)
+        sys.exit(code)
     _run_api(settings, run_engine=not no_engine, host=host, port=port)
 
 
@@ -136,6 +137,7 @@ def _run_api(
 ) -> None:
     import uvicorn
 
+    from flowyard import logconfig
     from flowyard.app import create_app
 
     app = create_app(settings, run_engine=run_engine)
@@ -144,7 +146,8 @@ def _run_api(
         host=host or settings.host,
         port=port if port is not None else settings.port,
         log_level=settings.log_level.lower(),
-        access_log=False,
+        log_config=logconfig.uvicorn_log_config(settings.log_format, settings.log_level),
+        access_log=settings.access_log,
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -27,9 +28,35 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL. Default: sqlite+aiosqlite:///<data_dir>/flowyard.db. "
         "PostgreSQL: postgresql+asyncpg://user@host/db.",
     )
+    database_pgbouncer: bool = Field(
+        False,
+        description="PostgreSQL only: FLOWYARD_DATABASE_URL points at PgBouncer in transaction mode "
+        "(the same as the URL option ?pgbouncer=true): no prepared-statement caches, so no state "
+        "outlives a transaction. Set FLOWYARD_NOTIFY_DATABASE_URL to a direct connection for LISTEN.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8000, ge=0, le=65535, description="Port the HTTP server binds to.")
     log_level: str = Field("info", description="Python log level of the service.")
+    log_format: Literal["json", "text"] | None = Field(
+        None,
+        description="json: one JSON object per line (time, level, logger, message, requestId and, "
+        "where known, flowId, executionId, tenant); text: plain lines. Default: text when stderr "
+        "is a terminal, else json.",
+    )
+    access_log: bool = Field(
+        False, description="Log one line per HTTP request (uvicorn's access log, in FLOWYARD_LOG_FORMAT)."
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token GET /metrics requires. Unset: /metrics answers loopback clients only.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`flowyard worker` only: serve its own GET /metrics on FLOWYARD_HOST at this port "
+        "(unset: no listener). `serve` exposes /metrics on its API port.",
+    )
 
     # -- first start and authentication ------------------------------------
     admin_username: str | None = Field(None, description="First administrator, created when no user exists.")
@@ -250,5 +277,8 @@ class Settings(BaseSettings):
 
     def resolved_database_url(self) -> str:
         if self.database_url:
+            if self.database_pgbouncer:
+                url = make_url(self.database_url)
+                return url.update_query_dict({"pgbouncer": "true"}).render_as_string(hide_password=False)
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'flowyard.db').resolve()}"

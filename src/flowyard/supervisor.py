@@ -30,6 +30,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from flowyard import metrics
+
 log = logging.getLogger("flowyard.supervisor")
 
 _FD_ENV = "FLOWYARD_LISTEN_FD"
@@ -119,6 +121,7 @@ class Supervisor:
     def _spawn(self, child: Child) -> None:
         fd = self.sock.fileno()
         env = {**os.environ, _FD_ENV: str(fd), "FLOWYARD_CHILD_NAME": child.name}
+        env.pop("FLOWYARD_METRICS_PORT", None)  # the engine child is counted through the API's /metrics
         child.proc = subprocess.Popen(
             child.argv,
             env=env,
@@ -143,6 +146,7 @@ class Supervisor:
             if now - child.started < delay:
                 continue
             log.warning("%s (pid %d) exited with %s; restarting", child.name, proc.pid, proc.returncode)
+            metrics.process_dead(proc.pid)
             child.failures += 1
             child.restarts += 1
             self._spawn(child)

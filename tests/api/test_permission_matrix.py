@@ -39,6 +39,7 @@ from fastapi.routing import iter_route_contexts
 from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
 from flowyard.iam import passwords
+from flowyard.webhooks import fastpath
 from tests.conftest import Account, Factory, flow_body
 
 WHO = ("admin", "with", "without", "other", "tenantless", "narrowed", "admin_narrowed", "anonymous")
@@ -631,12 +632,13 @@ def _cases() -> list[Any]:
 
 
 def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """The app's routes plus what the webhook fast path serves in front of them."""
     return {
         (method, ctx.path)
         for ctx in iter_route_contexts(app.routes)
         for method in (getattr(ctx, "methods", None) or ())
         if method != "HEAD"
-    }
+    } | set(fastpath.ROUTES)
 
 
 async def test_every_route_has_a_row(app: FastAPI) -> None:

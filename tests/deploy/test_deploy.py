@@ -42,9 +42,6 @@ UNITS = {
     "flowyard-worker@.service": ["worker"],
 }
 BINARY = "/opt/flowyard/bin/flowyard"
-# Settings agreed for issue 9 and built on other branches (metrics, shutdown): once merged they
-# are fields of Settings and this set can go.
-AGREED_SETTINGS = {"log_format", "metrics_token", "heartbeat_seconds", "heartbeat_timeout_seconds"}
 # The metric names agreed for issue 9 (docs/observability.md), prefix flowyard_.
 METRICS = {
     "http_requests_total",
@@ -112,7 +109,7 @@ def _env_file() -> tuple[dict[str, str], set[str]]:
 
 def test_environment_file_names_only_real_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     values, names = _env_file()
-    known = {f"FLOWYARD_{n.upper()}" for n in (*Settings.model_fields, *AGREED_SETTINGS)}
+    known = {f"FLOWYARD_{n.upper()}" for n in Settings.model_fields}
     assert names and names <= known, names - known
     for name, value in values.items():
         monkeypatch.setenv(name, value)

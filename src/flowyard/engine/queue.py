@@ -22,14 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
-from flowyard.executions import counters
-from flowyard.executions.models import Execution, ExecutionStep
+from flowyard.executions import counters, steps
+from flowyard.executions.models import Execution
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
 
 # Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
-_STEPS = cast(sa.Table, ExecutionStep.__table__)
 _LOGS = cast(sa.Table, LogEntry.__table__)
 
 
@@ -260,7 +259,7 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
 
 
 async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str) -> set[str]:
-    """Record finished executions, theirs steps, logs and component counts in one transaction.
+    """Record finished executions (with their steps), their logs and component counts in one transaction.
 
     Only executions this worker still holds are recorded: if the lease was lost
     (another worker re-ran it) or the execution was cancelled meanwhile, the
@@ -285,19 +284,24 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         .values(
             status=sa.bindparam("st"),
             result=sa.bindparam("res"),
+            steps=sa.bindparam("stp"),
             error=sa.bindparam("err"),
             finished_at=sa.bindparam("fin"),
             lease_owner=None,
             lease_expires_at=None,
         ),
         [
-            {"eid": o.execution_id, "st": o.status, "res": o.result, "err": o.error, "fin": o.finished_at}
+            {
+                "eid": o.execution_id,
+                "st": o.status,
+                "res": o.result,
+                "stp": steps.document(o.steps),
+                "err": o.error,
+                "fin": o.finished_at,
+            }
             for o in mine
         ],
     )
-    steps = [{"execution_id": o.execution_id, **s.__dict__} for o in mine for s in o.steps]
-    if steps:
-        await session.execute(sa.insert(_STEPS), steps)
     logs = [entry for o in mine for entry in o.logs]
     if logs:
         await session.execute(sa.insert(_LOGS), logs)
@@ -415,3 +419,24 @@ async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
         )
         or 0
     )
+
+
+async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
+    """Executions queued and running now, and the age in seconds of the oldest queued one
+    (0: none), for the metrics. The oldest is one probe of (status, id): ids begin with
+    their creation second."""
+    counts = {
+        status: int(n)
+        for status, n in (
+            await session.execute(
+                sa.select(Execution.status, sa.func.count())
+                .where(Execution.status.in_(("queued", "running")))
+                .group_by(Execution.status)
+            )
+        ).all()
+    }
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == "queued"))
+    age = 0.0
+    if oldest:
+        age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))
+    return counts, age

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from flowyard import metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -150,6 +151,11 @@ async def run_standalone(settings: Settings) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    listener = None
+    if settings.metrics_port is not None:
+        token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+        listener = await metrics.serve_metrics(settings.host, settings.metrics_port, token)
+        log.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     await engine.start()
     log.info("worker %s started", engine.worker.id)
     try:
@@ -159,5 +165,7 @@ async def run_standalone(settings: Settings) -> None:
         await engine.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if listener is not None:
+            listener.close()
         await notifier.close()
         await db.dispose()

@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import logconfig, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -78,6 +79,7 @@ class Worker:
         self._outcomes: list[queue.Outcome] = []
         self._flush_lock = asyncio.Lock()
         self._flows: dict[tuple[str, int], FlowSpec | FlowNotRunnable] = {}
+        self._ran: dict[str, tuple[str, float]] = {}  # execution id: trigger, run seconds (metrics)
         self.completed = 0
 
     @staticmethod
@@ -189,11 +191,14 @@ class Worker:
                 spec = FlowSpec.of(compiled, graph) if isinstance(compiled, CompiledFlow) else compiled
                 self._flows[(fid, version)] = spec
                 current[fid] = spec
+        metrics.executions_started([c.trigger for c in claimed])
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
             self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
 
     async def _execute(self, claimed: queue.Claimed, flow: FlowSpec | FlowNotRunnable | None) -> None:
+        logconfig.set_execution(claimed.flow_id, claimed.id, claimed.tenant)  # this task's log lines
+        started = time.monotonic()
         try:
             if isinstance(flow, FlowSpec):
                 outcome = await self.pool.run(flow, claimed)
@@ -205,6 +210,7 @@ class Worker:
                     error=reason,
                     log_message=f"execution not run: {reason}",
                 )
+            self._ran[claimed.id] = (claimed.trigger, time.monotonic() - started)
             self._outcomes.append(outcome)
             self._flush_wake.set()
         except asyncio.CancelledError:
@@ -250,6 +256,10 @@ class Worker:
                 "dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5]
             )
         self.completed += len(batch) - len(lost)
+        for o in batch:
+            trigger, seconds = self._ran.pop(o.execution_id, ("other", -1.0))
+            if o.execution_id in held:
+                metrics.execution_finished(trigger, o.status, seconds)
         self.notifier.committed(messages)
         self.hub.finish(
             ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
@@ -350,6 +360,9 @@ class Worker:
                     )
                 )
         self.notifier.committed(messages)
+        metrics.lease_expiries(requeued)
+        for e in dead:
+            metrics.execution_finished(e.trigger, "failed", None)
         if requeued:
             self.wake()
         if dead:

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import undefer
 
 from flowyard import ids
 from flowyard.api.listing import ListQuery
@@ -22,7 +23,6 @@ from flowyard.executions.models import (
     ComponentDayCount,
     ComponentPeriodCount,
     Execution,
-    ExecutionStep,
     FlowDayCount,
     FlowPeriodCount,
 )
@@ -125,21 +125,9 @@ def to_dict(e: Execution) -> dict[str, Any]:
     }
 
 
-def step_dict(s: ExecutionStep) -> dict[str, Any]:
-    return {
-        "nodeId": s.node_id,
-        "componentId": s.component_id,
-        "function": s.function,
-        "status": s.status,
-        "runs": s.runs,
-        "messagesIn": s.messages_in,
-        "messagesOut": s.messages_out,
-        "durationMs": s.duration_ms,
-        "startedAt": isoformat(s.started_at),
-        "finishedAt": isoformat(s.finished_at),
-        "error": s.error,
-        "output": s.output,
-    }
+def steps_of(e: Execution) -> list[dict[str, Any]]:
+    """The execution's step results as stored (executions/steps.py): none before it finished."""
+    return list(e.steps or [])
 
 
 async def list_executions(
@@ -192,24 +180,17 @@ async def list_flow_executions(
     return await list_executions(session, principal, replace(lq, filters={**lq.filters, "flowId": flow_id}))
 
 
-async def get_execution(
-    session: AsyncSession, principal: Principal, execution_id: str
-) -> tuple[Execution, Sequence[ExecutionStep]]:
+async def get_execution(session: AsyncSession, principal: Principal, execution_id: str) -> Execution:
     principal.require(perms.FLOWS_READ)
     ids.check_id(execution_id, "execution")
     e = await session.scalar(
-        sa.select(Execution).where(Execution.id == execution_id, visible_clause(principal))
+        sa.select(Execution)
+        .options(undefer(Execution.steps))
+        .where(Execution.id == execution_id, visible_clause(principal))
     )
     if e is None:
         raise NotFound(f"Execution {execution_id} not found.")
-    steps = (
-        await session.scalars(
-            sa.select(ExecutionStep)
-            .where(ExecutionStep.execution_id == e.id)
-            .order_by(ExecutionStep.position)
-        )
-    ).all()
-    return e, steps
+    return e
 
 
 # A frame of at most this many single periods is read one period at a time (see _pieces).
