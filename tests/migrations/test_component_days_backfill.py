@@ -1,4 +1,4 @@
-"""Migration 0011 records, on each component rollup row, the days of its week or month on
+"""Migration 0012 records, on each component rollup row, the days of its week or month on
 which the component ran in the flow (bit i for the period's i-th day), from the daily rows;
 the downgrade drops them and the rollups stay."""
 
@@ -48,7 +48,7 @@ def test_days_are_backfilled_from_daily_rows(empty_url: str) -> None:
         return {(r[0], str(r[1]), *r[2:]) for r in rows}
 
     _in_sync(empty_url, insert)
-    migrate.upgrade(empty_url, "0011")
+    migrate.upgrade(empty_url, "0012")
     expected = {
         ("week", "2025-12-22", "log", F1, 1, 1 << 6),
         ("week", "2025-12-29", "log", F1, 4 + 2 + 6, 1 << 0 | 1 << 2 | 1 << 3),
@@ -60,7 +60,7 @@ def test_days_are_backfilled_from_daily_rows(empty_url: str) -> None:
     }
     assert _in_sync(empty_url, read) == expected
 
-    migrate.downgrade(empty_url, "0010")
+    migrate.downgrade(empty_url, "0011")
 
     def columns(conn: sa.Connection) -> set[str]:
         return {c["name"] for c in sa.inspect(conn).get_columns("component_period_counts")}
@@ -74,5 +74,5 @@ def test_days_are_backfilled_from_daily_rows(empty_url: str) -> None:
         )
         == 7
     )
-    migrate.upgrade(empty_url, "0011")
+    migrate.upgrade(empty_url, "0012")
     assert _in_sync(empty_url, read) == expected

@@ -1,8 +1,8 @@
 """the days each component ran in a flow, one bit per day of its week and month rollup rows,
 backfilled from the daily rows; in the tenant index so that a member's read is covered
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-24 00:00:00.000000
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
