@@ -34,12 +34,11 @@ import httpx
 import orjson
 import sqlalchemy as sa
 from _common import Server, get_request, run_load, summary
-from _seed import Capture, People, create_people, database, load_flows, one_line
+from _seed import Capture, People, create_people, database, load_flows, one_line, reload_people
 
 from flowyard.api.listing import ListQuery
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
-from flowyard.iam.models import Tenant, User
 from flowyard.iam.principal import Principal
 
 SYSTEMS = [
@@ -206,20 +205,12 @@ async def reload(server: Server) -> tuple[People, list[str]]:
     """People and the member's flows of a data directory an earlier run kept (``--keep``)."""
     db = database(server.data_dir)
     try:
+        people = await reload_people(db)
         async with db.read() as session:
-            admin = await session.scalar(sa.select(User.id).where(User.username.like("bench@%")))
-            tenants = (await session.execute(sa.select(Tenant.id).order_by(Tenant.name))).scalars().all()
-            people = People(tenants=list(tenants), admin_id=str(admin))
-            for tid in tenants:
-                users = (
-                    await session.execute(
-                        sa.select(User.id, User.username).where(User.tenant_id == tid).order_by(User.username)
-                    )
-                ).all()
-                people.users.append([u for u, _ in users])
-                people.usernames.update(dict(users))
             visible = (
-                await session.execute(sa.select(Flow.id).where(Flow.tenant == tenants[0]).order_by(Flow.id))
+                await session.execute(
+                    sa.select(Flow.id).where(Flow.tenant == people.tenants[0]).order_by(Flow.id)
+                )
             ).scalars()
             return people, list(visible)
     finally:

@@ -158,6 +158,8 @@ class ComponentPeriodCount(Base):
     tenant: Mapped[str | None] = mapped_column(sa.String(64))
     user_id: Mapped[str | None] = mapped_column(sa.String(64))
     steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+    # The days of the period on which steps ran: bit i for the period's i-th day (from 0).
+    days: Mapped[int] = mapped_column(sa.BigInteger, nullable=False, server_default="0")
 
     __table_args__ = (
         sa.Index(
@@ -168,6 +170,7 @@ class ComponentPeriodCount(Base):
             "component_id",
             "flow_id",
             "steps",
+            "days",
         ),
         {"sqlite_with_rowid": False},
     )
