@@ -24,6 +24,7 @@ from flowyard.flows import service as flows
 from flowyard.flows.models import Flow, FlowOwner
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
+from flowyard.iam.models import Tenant, User
 from flowyard.iam.principal import Principal
 
 MEMBER_PASSWORD = "bench member password 123"
@@ -58,6 +59,23 @@ class People:
         return Principal(
             user_id, self.usernames.get(user_id, ""), tenant_id, frozenset(MEMBER_PERMISSIONS), ""
         )
+
+
+async def reload_people(db: Database) -> People:
+    """The people of a data directory an earlier run kept (``--keep``), as create_people made them."""
+    async with db.read() as session:
+        admin = await session.scalar(sa.select(User.id).where(User.username.like("bench@%")))
+        tenants = (await session.execute(sa.select(Tenant.id).order_by(Tenant.name))).scalars().all()
+        people = People(tenants=list(tenants), admin_id=str(admin))
+        for tid in tenants:
+            users = (
+                await session.execute(
+                    sa.select(User.id, User.username).where(User.tenant_id == tid).order_by(User.username)
+                )
+            ).all()
+            people.users.append([u for u, _ in users])
+            people.usernames.update(dict(users))
+    return people
 
 
 async def create_people(db: Database, tenants: int, users_per_tenant: int) -> People:

@@ -17,7 +17,7 @@ errors, server CPU per request, RSS, and EXPLAIN QUERY PLAN (plus the bare
 SQL time) of every statement each request sends.
 
     .venv/bin/python bench/api.py [--flows 100000] [--tenants 10] [--users 10] \
-        [--clients 16] [--seconds 10] [--search shopify] [--analyze]
+        [--clients 16] [--seconds 10] [--search shopify] [--analyze] [--keep | --reuse DIR]
 """
 
 from __future__ import annotations
@@ -26,16 +26,19 @@ import argparse
 import asyncio
 import random
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
+import sqlalchemy as sa
 from _common import Server, get_request, run_load, summary
-from _seed import Capture, People, create_people, database, load_flows, one_line
+from _seed import Capture, People, create_people, database, load_flows, one_line, reload_people
 
 from flowyard.api.listing import ListQuery
 from flowyard.flows import service as flows
+from flowyard.flows.models import Flow
 from flowyard.iam.principal import Principal
 
 SYSTEMS = [
@@ -198,6 +201,22 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[s
         await db.dispose()
 
 
+async def reload(server: Server) -> tuple[People, list[str]]:
+    """People and the member's flows of a data directory an earlier run kept (``--keep``)."""
+    db = database(server.data_dir)
+    try:
+        people = await reload_people(db)
+        async with db.read() as session:
+            visible = (
+                await session.execute(
+                    sa.select(Flow.id).where(Flow.tenant == people.tenants[0]).order_by(Flow.id)
+                )
+            ).scalars()
+            return people, list(visible)
+    finally:
+        await db.dispose()
+
+
 async def explain(args: argparse.Namespace, server: Server, people: People, flow_id: str) -> None:
     db = database(server.data_dir)
     cap = Capture(db)
@@ -247,12 +266,23 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="Keep the data directory (it is deleted otherwise)."
     )
+    parser.add_argument(
+        "--reuse",
+        metavar="DIR",
+        help="Serve a data directory an earlier run kept (--keep) instead of loading a new one "
+        "(loading 100,000 flows takes minutes; before/after runs then read the same rows). Kept.",
+    )
     args = parser.parse_args()
 
-    server = Server()
-    server.start()  # migrates and creates the admin
-    server.stop()
-    people, visible = asyncio.run(load(args, server))
+    if args.reuse:
+        server = Server(data_dir=Path(args.reuse))
+        args.keep = True
+        people, visible = asyncio.run(reload(server))
+    else:
+        server = Server()
+        server.start()  # migrates and creates the admin
+        server.stop()
+        people, visible = asyncio.run(load(args, server))
     if not args.no_explain:
         print("\n== query plans (EXPLAIN QUERY PLAN of each statement the request sends) ==")
         asyncio.run(explain(args, server, people, visible[len(visible) // 2]))

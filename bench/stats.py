@@ -15,7 +15,8 @@ month) and the full 90 days, as admin and as a tenant member: latency of 200
 sequential requests, and 16 concurrent clients for 5 s. Target: under 50 ms.
 
     .venv/bin/python bench/stats.py [--executions 10000000] [--days 90] [--flows 1000] \
-        [--tenants 10] [--users 10] [--requests 200] [--clients 16] [--seconds 5]
+        [--tenants 10] [--users 10] [--requests 200] [--clients 16] [--seconds 5] \
+        [--keep | --reuse DIR]
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import math
 import random
 import time
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import sqlalchemy as sa
 from _common import Server, get_request, pct, run_load
-from _seed import Capture, People, create_people, database, load_flows, one_line
+from _seed import Capture, People, create_people, database, load_flows, one_line, reload_people
 
 from flowyard.engine.queue import owner_user_of
 from flowyard.executions import counters
@@ -155,6 +157,20 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, date]:
         await db.dispose()
 
 
+async def reload(server: Server) -> tuple[People, date]:
+    """People and the last counted day of a data directory an earlier run kept (``--keep``)."""
+    db = database(server.data_dir)
+    try:
+        people = await reload_people(db)
+        async with db.read() as session:
+            last = await session.scalar(sa.select(sa.func.max(FlowDayCount.day)))
+        if last is None:
+            raise SystemExit(f"no counters in {server.data_dir}")
+        return people, last
+    finally:
+        await db.dispose()
+
+
 async def explain(people: People, server: Server, start: date, end: date) -> None:
     db = database(server.data_dir)
     cap = Capture(db)
@@ -215,12 +231,25 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="Keep the data directory (it is deleted otherwise)."
     )
+    parser.add_argument(
+        "--reuse",
+        metavar="DIR",
+        help="Serve the counters of a data directory an earlier run kept (--keep) instead of loading "
+        "them again (the frames end on its last counted day; before/after runs read the same rows). Kept.",
+    )
     args = parser.parse_args()
 
-    server = Server()
-    server.start()  # migrates and creates the admin
-    server.stop()
-    people, today = asyncio.run(load(args, server))
+    if args.reuse:
+        server = Server(data_dir=Path(args.reuse))
+        args.keep = True
+        server.start()  # migrates the kept database to this code's head
+        server.stop()
+        people, today = asyncio.run(reload(server))
+    else:
+        server = Server()
+        server.start()  # migrates and creates the admin
+        server.stop()
+        people, today = asyncio.run(load(args, server))
     first = today - timedelta(days=args.days - 1)
     if not args.no_explain:
         print("\n== query plans (full frame) ==")

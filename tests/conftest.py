@@ -4,6 +4,7 @@ session and emptied between tests; the app over real HTTP (ASGI) with httpx."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -24,9 +25,49 @@ from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
 from flowyard.engine.components import Registry
 from flowyard.iam import service as iam
+from flowyard.logconfig import JsonFormatter
 
 PG_ADMIN_DSN = os.environ.get("FLOWYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Passwords and tokens the suite used (Factory adds every token it issues): none may appear
+# in any log line of the whole session (the ``_no_secret_in_logs`` check at its end).
+KNOWN_SECRETS: set[str] = {"correct horse battery", "a long admin password"}
+
+
+class _LineRecorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(self.format(record))
+        except Exception:  # a record that cannot be formatted is logging's problem, not ours
+            self.handleError(record)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_secret_in_logs() -> Iterator[None]:
+    """Every log line of the session, formatted as the service would (the service's own
+    loggers at INFO), is searched for the passwords and tokens the tests used."""
+    recorder = _LineRecorder()
+    root = logging.getLogger()
+    root.addHandler(recorder)
+    ours = [logging.getLogger(name) for name in ("flowyard", "uvicorn")]
+    levels = [logger.level for logger in ours]
+    for logger in ours:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(recorder)
+        for logger, level in zip(ours, levels, strict=True):
+            logger.setLevel(level)
+    text = "\n".join(recorder.lines)
+    leaked = sorted(secret[:8] + "..." for secret in KNOWN_SECRETS if secret and secret in text)
+    assert not leaked, f"secrets in the suite's log lines: {leaked}"
 
 
 async def _pg_available() -> str | None:
@@ -186,6 +227,7 @@ class Factory:
             _token, text = await iam.issue_api_token(
                 session, user, description="test", expires_at=None, permissions=None
             )
+        KNOWN_SECRETS.update(s for s in (text, password) if len(s) >= 8)
         return Account(user.id, user.username, text, tenant, password)
 
     async def admin(self) -> Account:
@@ -261,3 +303,10 @@ async def wait_until(predicate: Any, within: float = 10.0, interval: float = 0.0
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {within} s (last value {value!r})")
         await asyncio.sleep(interval)
+
+
+def pytest_report_header() -> str:
+    """Whether the console's browser test will run (tests/console/conftest.py)."""
+    from tests.console.conftest import report_header
+
+    return report_header()

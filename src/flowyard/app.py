@@ -12,11 +12,15 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from flowyard import __version__
+from flowyard import metrics as metric_values
 from flowyard.api import health
+from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
 from flowyard.config import Settings
+from flowyard.console import router as console_router
 from flowyard.db.session import Database
+from flowyard.engine import queue
 from flowyard.engine import router as components_router
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
@@ -34,7 +38,7 @@ from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
-from flowyard.webhooks import router as webhooks_router
+from flowyard.webhooks import openapi as webhooks_openapi
 from flowyard.webhooks.fastpath import WebhookFastPath
 from flowyard.webhooks.service import WebhookBatcher, WebhookLimits
 
@@ -109,15 +113,20 @@ def create_app(
         "and read their executions, counts and logs.",
         lifespan=lifespan,
     )
-    box = SecretBox(
-        load_key(settings.secret_key.get_secret_value() if settings.secret_key else None, settings.data_dir)
-    )
+    box = SecretBox(load_key(settings.configured_secret_key(), settings.data_dir))
     app.state.settings = settings
     app.state.registry = registry
     app.state.secret_box = box
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     app.state.engine = None
+    app.state.draining = False  # set by the first SIGTERM/SIGINT (flowyard.server)
     app.state.hub = CompletionHub()
+
+    async def read_queue() -> tuple[dict[str, int], float]:
+        async with app.state.db.read() as session:
+            return await queue.depth(session)
+
+    app.state.queue_gauges = metric_values.QueueGauges(read_queue)
     app.state.notifier = Notifier()
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
@@ -130,16 +139,18 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (
         health,
+        metrics_router,
         iam_router,
         flows_router,
         templates_router,
         secrets_router,
         executions_router,
-        webhooks_router,
         logs_router,
         components_router,
     ):
         app.include_router(module.router)
+    app.include_router(console_router.router)
+    app.mount("/console/static", console_router.static_files, name="console-static")
     _install_openapi(app)
     return app
 
@@ -153,6 +164,7 @@ def _install_openapi(app: FastAPI) -> None:
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorResponse"] = ERROR_SCHEMA
+        webhooks_openapi.document(schema)  # served by the ASGI fast path, not a route
         for model in _BODY_MODELS:
             model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, sub in model_schema.pop("$defs", {}).items():

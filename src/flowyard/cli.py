@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -32,11 +31,9 @@ def _settings() -> Settings:
 
 
 def _setup_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from flowyard import logconfig
+
+    logconfig.setup(settings.log_format, settings.log_level)
 
 
 def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
@@ -102,17 +99,21 @@ def serve(
     port = port if port is not None else settings.port
     count = api_processes or settings.api_process_count()
     if count > 1:
-        from flowyard import supervisor
+        from flowyard import metrics, supervisor
 
-        sys.exit(
-            supervisor.serve(
+        # Every child records into this run's own directory; any API process sums them all.
+        metrics_dir = metrics.multiproc_dir()
+        try:
+            code = supervisor.serve(
                 host=host,
                 port=port,
                 api_processes=count,
                 engine=not no_engine,
                 grace=settings.stop_grace_seconds,
             )
-        )
+        finally:
+            metrics.remove_multiproc_dir(metrics_dir)
+        sys.exit(code)
     _run_api(settings, run_engine=not no_engine, host=host, port=port)
 
 
@@ -136,6 +137,7 @@ def _run_api(
 ) -> None:
     import uvicorn
 
+    from flowyard import logconfig
     from flowyard.app import create_app
 
     app = create_app(settings, run_engine=run_engine)
@@ -144,12 +146,15 @@ def _run_api(
         host=host or settings.host,
         port=port if port is not None else settings.port,
         log_level=settings.log_level.lower(),
-        access_log=False,
+        log_config=logconfig.uvicorn_log_config(settings.log_format, settings.log_level),
+        access_log=settings.access_log,
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
-    server = uvicorn.Server(config)
+    from flowyard.server import GracefulServer
+
+    server = GracefulServer(config, app, drain_seconds=settings.drain_seconds)
     server.run(sockets=[sock] if sock is not None else None)
 
 
@@ -172,6 +177,68 @@ def migrate(revision: str) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.resolved_database_url(), revision)
     click.echo(f"database at {revision}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def backup(path: Path) -> None:
+    """Copy the embedded database (online, consistent) and secret.key into the new directory
+    PATH (mode 0700). PostgreSQL: use pg_dump (docs/operations.md)."""
+    from flowyard.ops import backup as ops_backup
+
+    made = _ops(lambda: ops_backup.backup(_settings(), path))
+    for note in made.notes:
+        click.echo(f"note: {note}", err=True)
+    db = made.manifest["database"]
+    click.echo(f"backup of revision {made.manifest['revision']} in {path} ({db['bytes']} bytes)")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def restore(path: Path) -> None:
+    """Replace the embedded database (and secret.key) with the backup in PATH. Refuses while a
+    process has the database open; the replaced files are kept in replaced-<time>/."""
+    from flowyard.ops import backup as ops_backup
+
+    done = _ops(lambda: ops_backup.restore(_settings(), path))
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"restored revision {done.revision} from {path}")
+    if done.replaced is not None:
+        click.echo(f"replaced files kept in {done.replaced}")
+    if done.pending:
+        click.echo(
+            f"{len(done.pending)} migrations pending: flowyard serve (or flowyard migrate) applies them"
+        )
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
+@click.option("--quick", is_flag=True, help="SQLite: PRAGMA quick_check instead of integrity_check.")
+@click.option(
+    "--stuck-after",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds past its expiry after which a lease counts as stuck (default FLOWYARD_LEASE_SECONDS).",
+)
+def check(as_json: bool, quick: bool, stuck_after: float | None) -> None:
+    """Report schema revision, pending migrations, reachability, integrity, queue depth and
+    stuck leases; exit status 1 when something is wrong. Changes nothing."""
+    from flowyard.ops import check as ops_check
+
+    settings = _settings()
+    report = _ops(lambda: asyncio.run(ops_check.check(settings, quick=quick, stuck_after=stuck_after)))
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else ops_check.render(report))
+    sys.exit(0 if report.ok else 1)
+
+
+def _ops(fn: Callable[[], T]) -> T:
+    from flowyard.ops import OpsError
+
+    try:
+        return fn()
+    except OpsError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()

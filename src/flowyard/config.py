@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -27,9 +28,35 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL. Default: sqlite+aiosqlite:///<data_dir>/flowyard.db. "
         "PostgreSQL: postgresql+asyncpg://user@host/db.",
     )
+    database_pgbouncer: bool = Field(
+        False,
+        description="PostgreSQL only: FLOWYARD_DATABASE_URL points at PgBouncer in transaction mode "
+        "(the same as the URL option ?pgbouncer=true): no prepared-statement caches, so no state "
+        "outlives a transaction. Set FLOWYARD_NOTIFY_DATABASE_URL to a direct connection for LISTEN.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8000, ge=0, le=65535, description="Port the HTTP server binds to.")
     log_level: str = Field("info", description="Python log level of the service.")
+    log_format: Literal["json", "text"] | None = Field(
+        None,
+        description="json: one JSON object per line (time, level, logger, message, requestId and, "
+        "where known, flowId, executionId, tenant); text: plain lines. Default: text when stderr "
+        "is a terminal, else json.",
+    )
+    access_log: bool = Field(
+        False, description="Log one line per HTTP request (uvicorn's access log, in FLOWYARD_LOG_FORMAT)."
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token GET /metrics requires. Unset: /metrics answers loopback clients only.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="`flowyard worker` only: serve its own GET /metrics on FLOWYARD_HOST at this port "
+        "(unset: no listener). `serve` exposes /metrics on its API port.",
+    )
 
     # -- first start and authentication ------------------------------------
     admin_username: str | None = Field(None, description="First administrator, created when no user exists.")
@@ -113,7 +140,25 @@ class Settings(BaseSettings):
     )
     lifecycle_timeout: float = Field(30.0, gt=0, description="Bound on starting/stopping moves (seconds).")
     stop_grace_seconds: float = Field(
-        30.0, ge=0, description="How long executions of a stopping flow may finish."
+        30.0,
+        ge=0,
+        description="How long running executions may finish when their flow stops or the "
+        "process shuts down (SIGTERM/SIGINT).",
+    )
+    heartbeat_seconds: float = Field(
+        1.0, gt=0, description="How often an engine process renews its heartbeat row."
+    )
+    heartbeat_timeout_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="A process whose heartbeat is older than this is dead: another process releases "
+        "its executions at once (the lease stays the backstop).",
+    )
+    drain_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, how long an API process keeps answering (with /health/ready "
+        "at 503) before it stops accepting, so a load balancer takes it out first.",
     )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")
@@ -229,7 +274,14 @@ class Settings(BaseSettings):
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1
 
+    def configured_secret_key(self) -> str | None:
+        """FLOWYARD_SECRET_KEY when set and not empty; else the key file is used (secrets/crypto.py)."""
+        return self.secret_key.get_secret_value() or None if self.secret_key else None
+
     def resolved_database_url(self) -> str:
         if self.database_url:
+            if self.database_pgbouncer:
+                url = make_url(self.database_url)
+                return url.update_query_dict({"pgbouncer": "true"}).render_as_string(hide_password=False)
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'flowyard.db').resolve()}"

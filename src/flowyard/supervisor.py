@@ -8,8 +8,11 @@ scheduler, lifecycle reconciler, pruner). Children are told about each other's
 commits through the notification channel (``flowyard.engine.notify``); all state
 they share is in the database, so any child may die at any moment.
 
-The supervisor restarts a child that died, forwards SIGTERM/SIGINT to all of them
-and exits once they are done. It holds no database connection and runs no flow:
+The supervisor restarts a child that died and, on SIGTERM/SIGINT, sends SIGTERM
+to all of them (each drains: see ``flowyard.server`` and ``Worker.stop``) and
+exits 0 once they are done; a second signal is forwarded too, so every child
+exits at once. Children run in their own process group, so a terminal's Ctrl+C
+reaches them only through the supervisor (once, not twice). It holds no database connection and runs no flow:
 it is a plain loop over ``subprocess.Popen`` (uvicorn's own multiprocess
 supervisor only knows identical API workers, not the engine beside them).
 """
@@ -26,6 +29,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from flowyard import metrics
 
 log = logging.getLogger("flowyard.supervisor")
 
@@ -102,13 +107,28 @@ class Supervisor:
         return {c.name: c.proc.pid for c in self.children if c.proc is not None}
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._stopping:
+            log.warning("second stop signal: children stop at once")
+            self._signal_children()
         self._stopping = True
+
+    def _signal_children(self) -> None:
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
 
     def _spawn(self, child: Child) -> None:
         fd = self.sock.fileno()
         env = {**os.environ, _FD_ENV: str(fd), "FLOWYARD_CHILD_NAME": child.name}
+        env.pop("FLOWYARD_METRICS_PORT", None)  # the engine child is counted through the API's /metrics
         child.proc = subprocess.Popen(
-            child.argv, env=env, pass_fds=(fd,), preexec_fn=_die_with_parent, close_fds=True
+            child.argv,
+            env=env,
+            pass_fds=(fd,),
+            preexec_fn=_die_with_parent,
+            close_fds=True,
+            process_group=0,
         )
         child.started = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.proc.pid)
@@ -126,20 +146,19 @@ class Supervisor:
             if now - child.started < delay:
                 continue
             log.warning("%s (pid %d) exited with %s; restarting", child.name, proc.pid, proc.returncode)
+            metrics.process_dead(proc.pid)
             child.failures += 1
             child.restarts += 1
             self._spawn(child)
 
     def _stop_all(self) -> None:
         live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
-        for proc in live:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+        self._signal_children()
         deadline = time.monotonic() + self.grace + 10
+        while any(p.poll() is None for p in live) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a loop, not wait(): a second signal is forwarded meanwhile
         for proc in live:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if proc.poll() is None:
                 log.warning("pid %d did not stop in time; killing it", proc.pid)
                 proc.kill()
                 proc.wait()

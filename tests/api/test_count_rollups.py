@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.engine import pruner, queue
-from flowyard.executions import service
+from flowyard.executions import periods, service
 from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
 from flowyard.iam.principal import Principal
 from tests.conftest import truncate
@@ -161,6 +161,19 @@ def test_a_long_frame_reads_months_and_weeks(db_url: str) -> None:
     base = date(2025, 10, 1)
     work = [[(d % len(FLOWS), d, 1 + d % 3) for d in range(0, 120, 2)], [(3, d, 1) for d in range(1, 120, 2)]]
     asyncio.run(_check(db_url, base, work, [(3, 100), (0, 119), (13, 40), (30, 31), (-5, 200)]))
+
+
+def test_a_frame_of_many_periods_and_a_frame_of_one_day(db_url: str) -> None:
+    """Beyond MAX_SINGLE_PIECES single periods the component counts read ranges of them
+    (six years here); a frame of one period reads it alone. Same answers as the daily rows."""
+    base = date(2020, 1, 1)
+    work = [[(flow, offset, 1 + flow % 2) for flow in range(len(FLOWS)) for offset in range(0, 2200, 97)]]
+    frames = [(-3, 2200), (97, 0), (98, 0), (0, 6)]
+    assert (
+        periods.cover(base - timedelta(days=3), base + timedelta(days=2197)).count()
+        > service.MAX_SINGLE_PIECES
+    )
+    asyncio.run(_check(db_url, base, work, frames))
 
 
 async def test_pruning_keeps_the_rollups(db: Database) -> None:

@@ -39,6 +39,7 @@ from fastapi.routing import iter_route_contexts
 from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
 from flowyard.iam import passwords
+from flowyard.webhooks import fastpath
 from tests.conftest import Account, Factory, flow_body
 
 WHO = ("admin", "with", "without", "other", "tenantless", "narrowed", "admin_narrowed", "anonymous")
@@ -335,8 +336,12 @@ ROWS: list[Row] = [
     Row("GET", "/docs", "page", (), public(200), url("/docs")),
     Row("GET", "/docs/oauth2-redirect", "page", (), public(200), url("/docs/oauth2-redirect")),
     Row("GET", "/redoc", "page", (), public(200), url("/redoc")),
+    Row("GET", "/console", "redirect", (), public(308), url("/console")),
+    Row("GET", "/console/", "page", (), public(200), url("/console/")),
     Row("GET", "/health", "alive", (), public(200), url("/health")),
     Row("GET", "/health/ready", "ready", (), public(200), url("/health/ready")),
+    # From loopback without FLOWYARD_METRICS_TOKEN, as here; its access rule: tests/api/test_metrics.py.
+    Row("GET", "/metrics", "scrape", (), public(200), url("/metrics")),
     Row("POST", "/login", "a tenant-A user's password", (), public(200), _login),
     Row("POST", "/webhooks/{flowId}", "active flow", (), public(202), on(_active_flow, "/webhooks/{id}", {})),
     Row("POST", "/webhooks/{flowId}", "inactive flow", (), public(404), on(_flow, "/webhooks/{id}", {})),
@@ -631,12 +636,13 @@ def _cases() -> list[Any]:
 
 
 def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """The app's routes plus what the webhook fast path serves in front of them."""
     return {
         (method, ctx.path)
         for ctx in iter_route_contexts(app.routes)
         for method in (getattr(ctx, "methods", None) or ())
         if method != "HEAD"
-    }
+    } | set(fastpath.ROUTES)
 
 
 async def test_every_route_has_a_row(app: FastAPI) -> None:

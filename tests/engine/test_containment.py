@@ -28,7 +28,8 @@ import sqlalchemy as sa
 from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
 from tests.conftest import flow_body
-from tests.engine.test_processes import Cluster, _active_flow, _empty, _login, _query
+from tests.engine.test_observability_processes import samples, value
+from tests.engine.test_processes import Cluster, _active_flow, _empty, _free_port, _login, _query
 
 pytestmark = [pytest.mark.slow]
 
@@ -106,7 +107,7 @@ def _finished(url: str, ids: list[str]) -> dict[str, tuple[str, str | None]]:
     return {r[0]: (r[1], r[2]) for r in rows if r[1] in ("succeeded", "failed", "cancelled")}
 
 
-def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str) -> None:
+def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str, metrics_url: str) -> None:
     headers = _login(c)
     good = _active_flow(c, headers, _jsonata_flow("good", "{'n': n * 2}"))
     runaway = _active_flow(c, headers, _jsonata_flow("runaway", RUNAWAY))
@@ -164,6 +165,10 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str) -> None:
         )
         attempts = _query(db_url, sa.select(Execution.attempts).where(Execution.id.in_(poison.values())))
         assert [a for (a,) in attempts] == [1, 1], "a poison execution is never handed out again"
+        kills = samples(httpx.get(metrics_url).text)
+        assert value(kills, "flowyard_runner_kills_total", reason="cpu") == 1
+        assert value(kills, "flowyard_runner_kills_total", reason="memory") == 1
+        assert value(kills, "flowyard_runner_kills_total", reason="crash") == 0
         print(f"/health: {len(sampler.latencies)} probes, p99 {sampler.p99() * 1000:.1f} ms")
         assert len(sampler.latencies) > 100
         assert sampler.p99() < 0.100, f"/health p99 {sampler.p99() * 1000:.0f} ms"
@@ -192,7 +197,7 @@ def test_hostile_flows_on_sqlite_serve(tmp_path: Path) -> None:
     c.start("serve", "serve")
     try:
         c.wait_ready()
-        _hostile_flows_are_contained(c, url, "serve")
+        _hostile_flows_are_contained(c, url, "serve", f"{c.base}/metrics")
     finally:
         c.stop_all()
 
@@ -204,7 +209,9 @@ def test_hostile_flows_on_postgres_worker(postgres_url: str, tmp_path: Path) -> 
     c.start("api", "serve", "--no-engine")
     try:
         c.wait_ready()
+        port = _free_port()
+        c.env["FLOWYARD_METRICS_PORT"] = str(port)
         c.start("worker", "worker")
-        _hostile_flows_are_contained(c, postgres_url, "worker")
+        _hostile_flows_are_contained(c, postgres_url, "worker", f"http://127.0.0.1:{port}/metrics")
     finally:
         c.stop_all()

@@ -69,7 +69,9 @@ class Cluster:
         return proc
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
+        deadline = (
+            time.monotonic() + 60
+        )  # a liveness bound: a first start migrates, and the machine is shared
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.base}/health/ready", timeout=1).status_code == 200:

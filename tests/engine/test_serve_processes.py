@@ -51,7 +51,7 @@ def _api_pids(ppid: int) -> list[int]:
 
 
 class Serve:
-    def __init__(self, db_url: str | None, tmp: Path) -> None:
+    def __init__(self, db_url: str | None, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -72,6 +72,7 @@ class Serve:
         }
         if db_url is not None:
             self.env["FLOWYARD_DATABASE_URL"] = db_url
+        self.env.update(env or {})
         exe = str(Path(sys.executable).with_name("flowyard"))
         self.out = open(tmp / "serve.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

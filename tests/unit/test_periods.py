@@ -75,6 +75,47 @@ def test_every_frame_is_covered_exactly_once_by_the_largest_periods() -> None:
     assert frames == 86 * 87 // 2
 
 
+def _period_days(kind: str, first: date) -> list[date]:
+    if kind == periods.DAY:
+        return [first]
+    if kind == periods.WEEK:
+        return _days(first, first + timedelta(days=6))
+    return _days(first, first.replace(day=calendar.monthrange(first.year, first.month)[1]))
+
+
+def test_the_single_periods_of_a_cover_are_its_ranges_one_by_one() -> None:
+    """``pieces`` lists every single day, week and month of a cover (the counts read a frame
+    one period at a time), ``count`` says how many without listing them."""
+    for start in _days(FIRST, LAST):
+        for end in _days(start, LAST):
+            c = cover(start, end)
+            pieces = periods.pieces(c)
+            assert c.count() == len(pieces), (start, end)
+            assert sorted(d for kind, first in pieces for d in _period_days(kind, first)) == _days(start, end)
+            assert all(first.weekday() == 0 for kind, first in pieces if kind == periods.WEEK)
+            assert all(first.day == 1 for kind, first in pieces if kind == periods.MONTH)
+    whole = cover(date.min, date.max)
+    assert whole.count() == (9999 * 12) and periods.pieces(cover(date(9999, 12, 1), date.max)) == [
+        (periods.MONTH, date(9999, 12, 1))
+    ]
+
+
+def test_the_months_a_frame_touches_hold_exactly_its_days() -> None:
+    """``months_touched``: the months held in part, with the bits of the frame's days in them,
+    and the range of whole months, together name every day of the frame once."""
+    for start in _days(FIRST, LAST):
+        for end in _days(start, LAST):
+            partial, whole = periods.months_touched(start, end)
+            named = [first + timedelta(days=i) for first, mask in partial for i in range(31) if mask >> i & 1]
+            assert all(first.day == 1 and mask for first, mask in partial)
+            if whole is not None:
+                named += [d for m in _days(*whole) if m.day == 1 for d in _period_days(periods.MONTH, m)]
+                assert set(_days(*whole)) & _whole_months(start, end) == _whole_months(start, end)
+            assert sorted(named) == _days(start, end), (start, end, partial, whole)
+    assert periods.months_touched(date(2024, 1, 2), date(2024, 1, 1)) == ([], None)
+    assert periods.months_touched(date.min, date.max) == ([], (date.min, date(9999, 12, 1)))
+
+
 def test_empty_frame_and_the_ends_of_the_calendar() -> None:
     assert cover(date(2024, 1, 2), date(2024, 1, 1)) == periods.Cover()
     for start, end in [

@@ -48,10 +48,10 @@ async def get_principal(
         return cached
     db: Database = request.app.state.db
     lifetimes = Lifetimes.of(request.app.state.settings)
-    async with db.read() as session:
-        principal, slide = await tokens.authenticate(session, credentials.credentials, lifetimes)
-    cache.put(key, principal)
-    if slide:
+    resolved = await tokens.authenticate(db, credentials.credentials, lifetimes)
+    principal = resolved.principal
+    cache.put(key, principal, until=resolved.valid_until)
+    if resolved.slide:
         async with db.write() as session:
             await tokens.slide_session(session, principal.token_id, lifetimes)
     return principal

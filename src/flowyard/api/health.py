@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from flowyard.api.deps import DB
 from flowyard.api.responses import JSONOut
 
 router = APIRouter(tags=["health"])
+
+# Seconds a load balancer should wait before asking a draining process again (it will be gone).
+_RETRY_AFTER = 5
 
 
 @router.get("/health", summary="Liveness: the process answers")
@@ -17,10 +20,21 @@ async def health() -> JSONOut:
 
 @router.get(
     "/health/ready",
-    summary="Readiness: the database is reachable",
-    responses={503: {"description": "Database unreachable"}},
+    summary="Readiness: the database is reachable and the process is not shutting down",
+    responses={
+        503: {
+            "description": "Draining (the process received SIGTERM/SIGINT and is stopping; "
+            "see Retry-After) or the database is unreachable"
+        }
+    },
 )
-async def ready(db: DB) -> JSONOut:
+async def ready(request: Request, db: DB) -> JSONOut:
+    if getattr(request.app.state, "draining", False):
+        return JSONOut(
+            {"status": "draining", "database": "unchecked"},
+            status_code=503,
+            headers={"Retry-After": str(_RETRY_AFTER)},
+        )
     if await db.ping():
         return JSONOut({"status": "ready", "database": "ok"})
     return JSONOut({"status": "unavailable", "database": "unreachable"}, status_code=503)

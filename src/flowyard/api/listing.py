@@ -154,16 +154,29 @@ def search_clause(
         return exact(name_lc.concat(unindexed), description_lc.concat(unindexed))
     if len(text) < MIN_INDEXED_SEARCH or dialect != "sqlite":
         return exact(name_lc, description_lc)
+    matching = search_ids(dialect, search, fts_table=fts_table)
+    assert matching is not None
+    return id_col.in_(matching)
+
+
+def search_ids(dialect: str, search: str, *, fts_table: str) -> sa.Select[Any] | None:
+    """On SQLite, for a query of a trigram or more: the ids of every row ``search`` matches,
+    from the FTS table alone (one row per object, kept in step by triggers), under the same
+    rule as ``search_clause``; None where there is no such index (PostgreSQL, short queries).
+    Counting these ids, or checking the visibility index against them, never reads the
+    (large) rows themselves."""
+    text = search.lower()
+    if dialect != "sqlite" or len(text) < MIN_INDEXED_SEARCH:
+        return None
+    pattern = like_pattern(text)
     # An FTS5 string (phrase) matches its text literally; only '"' needs doubling. The LIKE is
-    # checked on the FTS table's own copy of the text (the triggers keep it equal), so the
-    # count reads the ids alone and never the (large) flow rows.
+    # checked on the FTS table's own copy of the text (the triggers keep it equal).
     phrase = '"' + text.replace('"', '""') + '"'
     fts = sa.table(fts_table, sa.column("id"), sa.column("name_lc"), sa.column("description_lc"))
-    matching = sa.select(fts.c.id).where(
+    return sa.select(fts.c.id).where(
         sa.literal_column(fts_table).op("MATCH")("{name_lc description_lc} : " + phrase),
-        exact(fts.c.name_lc, fts.c.description_lc),
+        sa.or_(fts.c.name_lc.like(pattern, escape="\\"), fts.c.description_lc.like(pattern, escape="\\")),
     )
-    return id_col.in_(matching)
 
 
 def order_by(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.clock import as_utc, utcnow
 
 
 def dialect_name(session: AsyncSession) -> str:
@@ -19,6 +23,14 @@ def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[st
     return module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
 
 
+def joined_strings(session: AsyncSession, column: Any) -> Any:
+    """An aggregate: the group's values of ``column`` joined by commas, in no given order
+    (``group_concat`` on SQLite, ``string_agg`` on PostgreSQL); for values without commas."""
+    if dialect_name(session) == "postgresql":
+        return sa.func.string_agg(column, sa.literal_column("','"), type_=sa.Text)
+    return sa.func.group_concat(column, sa.literal_column("','"), type_=sa.Text)
+
+
 async def increment(
     session: AsyncSession,
     table: Any,
@@ -26,8 +38,10 @@ async def increment(
     counter: str,
     rows: Sequence[Mapping[str, Any]],
     replace: Sequence[str] = (),
+    bits: Sequence[str] = (),
 ) -> None:
-    """Upsert ``rows``: add their ``counter`` to the stored one and overwrite ``replace`` columns."""
+    """Upsert ``rows``: add their ``counter`` to the stored one, overwrite ``replace`` columns
+    and OR the integer ``bits`` columns into the stored ones."""
     if not rows:
         return
     module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
@@ -38,7 +52,21 @@ async def increment(
     set_ = {counter: column + stmt.excluded[counter]}
     for name in replace:
         set_[name] = stmt.excluded[name]
+    for name in bits:
+        set_[name] = table.c[name].op("|")(stmt.excluded[name])
     stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
     # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
     ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))
     await session.execute(stmt, ordered)
+
+
+async def db_now(session: AsyncSession) -> datetime:
+    """The one clock processes on different machines agree on: PostgreSQL's ``now()``.
+
+    SQLite is a file on one machine, so every process using it shares this machine's clock.
+    """
+    if dialect_name(session) == "postgresql":
+        value = await session.scalar(sa.select(sa.func.now()))
+        if value is not None:
+            return as_utc(value)
+    return utcnow()

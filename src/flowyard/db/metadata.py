@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowyard.db.base import Base
+from flowyard.engine import heartbeat as _heartbeat  # noqa: F401
 from flowyard.engine import models as _engine  # noqa: F401
 from flowyard.executions import models as _executions  # noqa: F401
 from flowyard.flows import models as _flows  # noqa: F401

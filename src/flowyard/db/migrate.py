@@ -7,6 +7,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.engine import Connection
 
 _HERE = Path(__file__).parent
 
@@ -30,3 +34,30 @@ def downgrade(url: str, revision: str) -> None:
 async def upgrade_async(url: str, revision: str = "head") -> None:
     """From async code: run the migration in a thread with its own event loop."""
     await asyncio.to_thread(upgrade, url, revision)
+
+
+def script_head() -> str:
+    """The revision this code's migrations end at."""
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
+
+
+def pending_revisions(current: str | None) -> list[str]:
+    """Revisions ``flowyard migrate`` would apply to a database at ``current``, oldest first.
+
+    Raises ``LookupError`` for a revision these migrations do not know (a database written by
+    a newer flowyard)."""
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    if current is not None:
+        try:
+            scripts.get_revision(current)
+        except CommandError:
+            raise LookupError(current) from None
+    revisions = scripts.iterate_revisions("heads", current or "base")
+    return [r.revision for r in reversed(list(revisions))]
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision recorded in a database (``None``: never migrated)."""
+    return MigrationContext.configure(connection).get_current_revision()

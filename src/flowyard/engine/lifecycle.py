@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from flowyard import metrics
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.engine import queue, triggers
@@ -54,7 +55,10 @@ async def reconcile(
                 log.exception("lifecycle move of flow %s failed; will retry", flow_id)
                 continue
             log.exception("lifecycle move of flow %s failed past %g s; forcing it inactive", flow_id, bound)
-            moved += await _force_inactive(db, flow_id, status, f"{status} failed for {bound:g} s: {exc}")
+            forced = await _force_inactive(db, flow_id, status, f"{status} failed for {bound:g} s: {exc}")
+            if forced:
+                metrics.lifecycle_fallback()
+            moved += forced
     return moved
 
 
@@ -127,6 +131,7 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str,
             .values(status_changed_at=now, **values)
             .execution_options(synchronize_session=False)
         )
+        moved = int(result.rowcount or 0)  # type: ignore[attr-defined]
         if message:
             session.add(
                 LogEntry(
@@ -138,7 +143,9 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str,
                     flow_id=flow.id,
                 )
             )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    if moved:
+        metrics.lifecycle_move(str(values["status"]))  # committed
+    return moved
 
 
 async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> int:
@@ -178,7 +185,10 @@ async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> 
             .values(status="inactive", status_changed_at=now, status_message=message, next_run_at=None)
             .execution_options(synchronize_session=False)
         )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        moved = int(result.rowcount or 0)  # type: ignore[attr-defined]
+    if moved:
+        metrics.lifecycle_move("inactive")
+    return moved
 
 
 async def trigger_status(db: Database, flow_id: str, message: str | None) -> None:

@@ -43,6 +43,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.db.session import asyncpg_dsn, pgbouncer_option
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "flowyard"
@@ -146,7 +148,8 @@ class Notifier:
 
 
 class PostgresNotifier(Notifier):
-    def __init__(self, dsn: str, *, reconnect_delay: float = 1.0) -> None:
+    def __init__(self, dsn: str | None, *, reconnect_delay: float = 1.0) -> None:
+        """``dsn``: the direct connection to LISTEN on; None: only send (``stage``)."""
         super().__init__()
         self.dsn = dsn
         self.reconnect_delay = reconnect_delay
@@ -158,6 +161,8 @@ class PostgresNotifier(Notifier):
         return self._connected.is_set()
 
     async def start(self) -> None:
+        if self.dsn is None:
+            return
         self._task = asyncio.create_task(self._listen(), name="flowyard-listen")
         # Wait briefly for the first connection so the first events are not missed; if the
         # database is not reachable yet, the task keeps trying and polling covers meanwhile.
@@ -302,9 +307,16 @@ def open_notifier(database_url: str, notify_url: str | None = None) -> Notifier:
     url = sa.make_url(database_url)
     backend = url.get_backend_name()
     if backend == "postgresql":
-        direct = sa.make_url(notify_url) if notify_url else url
-        dsn = direct.set(drivername="postgresql").render_as_string(hide_password=False)
-        return PostgresNotifier(dsn)
+        _, pgbouncer = pgbouncer_option(url)
+        if pgbouncer and not notify_url:
+            # LISTEN through PgBouncer in transaction mode would listen on whichever server
+            # connection the statement borrowed, and hear nothing: send, do not listen.
+            log.warning(
+                "the database URL points at PgBouncer and FLOWYARD_NOTIFY_DATABASE_URL is not set: "
+                "no LISTEN; processes find new work and finished executions by polling"
+            )
+            return PostgresNotifier(None)
+        return PostgresNotifier(asyncpg_dsn(notify_url or url))
     if backend == "sqlite" and url.database and url.database != ":memory:" and "mode=memory" not in str(url):
         return LocalNotifier(socket_directory(Path(url.database)))
     return Notifier()

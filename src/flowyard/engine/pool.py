@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from flowyard import metrics
 from flowyard.config import Settings
 from flowyard.engine.ipc import (
     SLOT_SIZE,
@@ -212,6 +213,10 @@ class RunnerPool:
         if self._watch is not None:
             await asyncio.gather(self._watch, return_exceptions=True)
 
+    def waiting_ids(self) -> set[str]:
+        """Executions handed to the pool that wait for a runner slot (none of their code ran)."""
+        return {job.claimed.id for job in self._waiting}
+
     def stats(self) -> dict[str, Any]:
         return {
             "runners": [
@@ -311,6 +316,7 @@ class RunnerPool:
                 )
                 return
             r.ready = True
+            metrics.runner_alive(1)
             self._ready.set()
             log.debug("runner %d started (pid %d)", index, r.pid)
             waiting, self._waiting = self._waiting, deque()
@@ -367,6 +373,8 @@ class RunnerPool:
     async def _bury(self, r: _Runner, lived: float) -> None:
         """The runner is gone (or must go): blame, re-run, replace."""
         r.dead = True
+        if r.ready:
+            metrics.runner_alive(-1)
         r.ready = False
         assert r.proc is not None
         _sigkill(r)
@@ -388,6 +396,7 @@ class RunnerPool:
             oom = "memory allocation of" in tail or "MemoryError" in tail
             reason = (seq, node, "memory" if oom else f"crash:{_describe(rc)}")
         guilty, g_node, limit = reason if reason is not None else (0, 0, "")
+        metrics.runner_killed(limit)
         jobs = list(r.jobs.values())
         r.jobs.clear()
         log.warning(
@@ -414,6 +423,7 @@ class RunnerPool:
                 )
             else:
                 self.reruns += 1
+                metrics.execution_rerun()
                 self._dispatch(job)
         self.replaced += 1
         # Back off when runners die young (a broken install), not when a flow was killed.

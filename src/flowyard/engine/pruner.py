@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.executions.models import IDEMPOTENCY_WINDOW, Execution, ExecutionStep, IdempotencyKey
+from flowyard.executions.models import IDEMPOTENCY_WINDOW, Execution, IdempotencyKey
 from flowyard.logs.models import LogEntry
 from flowyard.webhooks.models import WebhookRateBucket
 
@@ -46,7 +46,6 @@ async def prune(
                 ).all()
             )
             if ids:
-                await session.execute(sa.delete(ExecutionStep).where(ExecutionStep.execution_id.in_(ids)))
                 await session.execute(sa.delete(Execution).where(Execution.id.in_(ids)))
         counts["executions"] += len(ids)
         if len(ids) < batch:

@@ -22,14 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
-from flowyard.executions import counters
-from flowyard.executions.models import Execution, ExecutionStep
+from flowyard.executions import counters, steps
+from flowyard.executions.models import Execution
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
 
 # Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
-_STEPS = cast(sa.Table, ExecutionStep.__table__)
 _LOGS = cast(sa.Table, LogEntry.__table__)
 
 
@@ -260,7 +259,7 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
 
 
 async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str) -> set[str]:
-    """Record finished executions, theirs steps, logs and component counts in one transaction.
+    """Record finished executions (with their steps), their logs and component counts in one transaction.
 
     Only executions this worker still holds are recorded: if the lease was lost
     (another worker re-ran it) or the execution was cancelled meanwhile, the
@@ -285,19 +284,24 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         .values(
             status=sa.bindparam("st"),
             result=sa.bindparam("res"),
+            steps=sa.bindparam("stp"),
             error=sa.bindparam("err"),
             finished_at=sa.bindparam("fin"),
             lease_owner=None,
             lease_expires_at=None,
         ),
         [
-            {"eid": o.execution_id, "st": o.status, "res": o.result, "err": o.error, "fin": o.finished_at}
+            {
+                "eid": o.execution_id,
+                "st": o.status,
+                "res": o.result,
+                "stp": steps.document(o.steps),
+                "err": o.error,
+                "fin": o.finished_at,
+            }
             for o in mine
         ],
     )
-    steps = [{"execution_id": o.execution_id, **s.__dict__} for o in mine for s in o.steps]
-    if steps:
-        await session.execute(sa.insert(_STEPS), steps)
     logs = [entry for o in mine for entry in o.logs]
     if logs:
         await session.execute(sa.insert(_LOGS), logs)
@@ -325,14 +329,23 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     return held
 
 
-async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[Execution]]:
-    """Re-queue executions whose worker's lease expired; fail those that keep dying."""
+async def reap(
+    session: AsyncSession, *, max_attempts: int, owners: Sequence[str] | None = None
+) -> tuple[int, list[Execution]]:
+    """Re-queue executions whose worker died; fail those that keep dying.
+
+    A worker is dead when its lease expired or, with ``owners``, when it is one of
+    those processes (their heartbeat stopped, ``flowyard.engine.heartbeat``): their
+    executions are taken back at once, whatever their lease says. Either way it is
+    a re-run, counted against ``max_attempts``.
+    """
+    if owners is not None and not owners:
+        return 0, []
     now = utcnow()
+    died = Execution.lease_owner.in_(list(owners)) if owners is not None else Execution.lease_expires_at < now
     requeued = await session.execute(
         sa.update(Execution)
-        .where(
-            Execution.status == "running", Execution.lease_expires_at < now, Execution.attempts < max_attempts
-        )
+        .where(Execution.status == "running", died, Execution.attempts < max_attempts)
         .values(status="queued", lease_owner=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
@@ -340,9 +353,7 @@ async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[E
         (
             await session.scalars(
                 sa.select(Execution).where(
-                    Execution.status == "running",
-                    Execution.lease_expires_at < now,
-                    Execution.attempts >= max_attempts,
+                    Execution.status == "running", died, Execution.attempts >= max_attempts
                 )
             )
         ).all()
@@ -354,6 +365,25 @@ async def reap(session: AsyncSession, *, max_attempts: int) -> tuple[int, list[E
         e.lease_owner = None
         e.lease_expires_at = None
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
+
+
+async def release(session: AsyncSession, *, worker_id: str, ids: Sequence[str], started: bool) -> int:
+    """Hand executions this worker holds back to the queue at once (it is stopping).
+
+    ``started=False``: they never reached a runner, so the claim is not counted as a run.
+    """
+    if not ids:
+        return 0
+    values: dict[str, Any] = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
+    if not started:
+        values["attempts"] = Execution.attempts - 1
+    result = await session.execute(
+        sa.update(Execution)
+        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id, Execution.status == "running")
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) -> list[str]:
@@ -389,3 +419,24 @@ async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
         )
         or 0
     )
+
+
+async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
+    """Executions queued and running now, and the age in seconds of the oldest queued one
+    (0: none), for the metrics. The oldest is one probe of (status, id): ids begin with
+    their creation second."""
+    counts = {
+        status: int(n)
+        for status, n in (
+            await session.execute(
+                sa.select(Execution.status, sa.func.count())
+                .where(Execution.status.in_(("queued", "running")))
+                .group_by(Execution.status)
+            )
+        ).all()
+    }
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == "queued"))
+    age = 0.0
+    if oldest:
+        age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))
+    return counts, age

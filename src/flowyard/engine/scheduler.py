@@ -13,6 +13,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from flowyard import metrics
 from flowyard.clock import isoformat, utcnow
 from flowyard.db.session import Database
 from flowyard.engine import queue
@@ -91,6 +92,7 @@ async def _fire(db: Database, flow_id: str, tick: datetime, now: datetime, overl
                     message=f"tick {isoformat(tick)} skipped: the previous run of the flow has not finished",
                 )
             )
+            metrics.cron_tick(fired=False)
             return None
         eid = new_id()
         ids = await queue.enqueue(
@@ -111,4 +113,6 @@ async def _fire(db: Database, flow_id: str, tick: datetime, now: datetime, overl
             ],
             skip_duplicates=True,
         )
-        return ids[0] if ids else None
+    if ids:
+        metrics.cron_tick(fired=True)  # committed
+    return ids[0] if ids else None

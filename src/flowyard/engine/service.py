@@ -11,6 +11,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from flowyard import metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -73,15 +74,18 @@ class EngineServices:
             ),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, *, force: bool = False) -> None:
+        """Stop claiming and scheduling; running executions finish within the stop grace and
+        what is left goes back to the queue. ``force``: hand everything back at once. May be
+        called again (a second signal) while a first call waits."""
         for task in self._tasks:
             task.cancel()
+        self.worker.stop(force=force)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.triggers.close()
         if self._worker_task is not None:
-            self.worker.stop()
             with contextlib.suppress(Exception):
-                await self._worker_task
+                await asyncio.shield(self._worker_task)
 
     def nudge_lifecycle(self) -> None:
         self._lifecycle_wake.set()
@@ -145,7 +149,7 @@ class EngineServices:
 async def run_standalone(settings: Settings) -> None:
     """``flowyard worker``: the engine without the API, until SIGINT/SIGTERM."""
     db = Database(settings.resolved_database_url())
-    key = settings.secret_key.get_secret_value() if settings.secret_key else None
+    key = settings.configured_secret_key()
     notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
     await notifier.start()
     engine = EngineServices(
@@ -153,16 +157,31 @@ async def run_standalone(settings: Settings) -> None:
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        # The first signal drains (see EngineServices.stop); a second one hands back at once.
+        if stop.is_set():
+            log.warning("second stop signal: handing back running executions now")
+            engine.worker.stop(force=True)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
+    listener = None
+    if settings.metrics_port is not None:
+        token = settings.metrics_token.get_secret_value() if settings.metrics_token else None
+        listener = await metrics.serve_metrics(settings.host, settings.metrics_port, token)
+        log.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     await engine.start()
     log.info("worker %s started", engine.worker.id)
     try:
         await stop.wait()
         log.info("stopping: finishing running executions (up to %g s)", settings.stop_grace_seconds)
     finally:
+        await engine.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await engine.stop()
+        if listener is not None:
+            listener.close()
         await notifier.close()
         await db.dispose()

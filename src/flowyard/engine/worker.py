@@ -17,17 +17,20 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import logconfig, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import queue
+from flowyard.engine import heartbeat, queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
-from flowyard.engine.notify import Notifier, finished_messages
+from flowyard.engine.notify import WORK, Notifier, finished_messages
 from flowyard.engine.pool import FlowSpec, RunnerPool
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
 from flowyard.flows.models import Flow
@@ -41,6 +44,10 @@ log = logging.getLogger(__name__)
 _CLAIM_BATCH = 64
 _CREDENTIALS_TTL = 60.0
 _FLUSH_BATCH = 256
+
+
+async def _lease_expired(_session: AsyncSession) -> None:
+    return None
 
 
 class Worker:
@@ -61,16 +68,24 @@ class Worker:
         self.settings = settings
         self.registry = registry
         self.hub = hub or CompletionHub()
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
+        self.id = self._new_id()
         self.pool = pool or RunnerPool(settings)
         self._wake = asyncio.Event()
         self._flush_wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._force = asyncio.Event()
+        self._registered = False
         self._running: dict[str, asyncio.Task[None]] = {}
         self._outcomes: list[queue.Outcome] = []
         self._flush_lock = asyncio.Lock()
         self._flows: dict[tuple[str, int], FlowSpec | FlowNotRunnable] = {}
+        self._ran: dict[str, tuple[str, float]] = {}  # execution id: trigger, run seconds (metrics)
         self.completed = 0
+
+    @staticmethod
+    def _new_id() -> str:
+        # The lease owner of what this process holds and the id of its heartbeat row.
+        return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
 
     def wake(self) -> None:
         self._wake.set()
@@ -80,7 +95,10 @@ class Worker:
         await self.pool.start()
         if not await self.pool.wait_ready():
             log.error("no runner process started yet; executions wait for one")
+        # Registered before the first claim, so everything claimed is attributable to a heartbeat.
+        await self._beat()
         side = [
+            asyncio.create_task(self._heartbeat(), name="flowyard-heartbeat"),
             asyncio.create_task(self._flusher(), name="flowyard-flusher"),
             asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),
             asyncio.create_task(self._reaper(), name="flowyard-reaper"),
@@ -90,8 +108,12 @@ class Worker:
         finally:
             await self._shutdown(side)
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
+        """Stop claiming; running executions finish within the stop grace, unless ``force``
+        (a second signal): then they are handed back at once."""
         self._stopping.set()
+        if force:
+            self._force.set()
         self._wake.set()
 
     async def _loop(self, side: list[asyncio.Task[None]]) -> None:
@@ -169,11 +191,14 @@ class Worker:
                 spec = FlowSpec.of(compiled, graph) if isinstance(compiled, CompiledFlow) else compiled
                 self._flows[(fid, version)] = spec
                 current[fid] = spec
+        metrics.executions_started([c.trigger for c in claimed])
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
             self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
 
     async def _execute(self, claimed: queue.Claimed, flow: FlowSpec | FlowNotRunnable | None) -> None:
+        logconfig.set_execution(claimed.flow_id, claimed.id, claimed.tenant)  # this task's log lines
+        started = time.monotonic()
         try:
             if isinstance(flow, FlowSpec):
                 outcome = await self.pool.run(flow, claimed)
@@ -185,6 +210,7 @@ class Worker:
                     error=reason,
                     log_message=f"execution not run: {reason}",
                 )
+            self._ran[claimed.id] = (claimed.trigger, time.monotonic() - started)
             self._outcomes.append(outcome)
             self._flush_wake.set()
         except asyncio.CancelledError:
@@ -230,6 +256,10 @@ class Worker:
                 "dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5]
             )
         self.completed += len(batch) - len(lost)
+        for o in batch:
+            trigger, seconds = self._ran.pop(o.execution_id, ("other", -1.0))
+            if o.execution_id in held:
+                metrics.execution_finished(trigger, o.status, seconds)
         self.notifier.committed(messages)
         self.hub.finish(
             ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
@@ -256,64 +286,145 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                messages: list[bytes] = []
-                async with self.db.write(durable=False) as session:
-                    requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts)
-                    if dead:
-                        messages = finished_messages(e.id for e in dead)
-                        await self.notifier.stage(session, messages)
-                    for e in dead:
-                        session.add(
-                            LogEntry(
-                                timestamp=utcnow(),
-                                level="error",
-                                message=f"execution {e.id} failed: {e.error}",
-                                tenant=e.tenant,
-                                user_id=e.owner_user,
-                                flow_id=e.flow_id,
-                                execution_id=e.id,
-                            )
-                        )
+                requeued, _ = await self._take_back(_lease_expired)
                 if requeued:
                     log.warning("re-queued %d executions whose worker's lease expired", requeued)
-                    self.wake()
-                if dead:
-                    self.notifier.committed(messages)
-                    self.hub.notify(e.id for e in dead)
             except Exception:
                 log.exception("reaping expired leases failed")
 
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+            try:
+                await self._beat()
+            except Exception:
+                log.exception("heartbeat failed")
+
+    async def _beat(self) -> None:
+        """Renew this process's heartbeat, and take back the work of processes whose
+        heartbeat stopped (``flowyard.engine.heartbeat``), in one transaction."""
+        alive = True
+
+        async def beat_and_find_dead(session: AsyncSession) -> list[str]:
+            nonlocal alive
+            alive = await heartbeat.beat(session, self.id)
+            return await heartbeat.take_dead(
+                session, me=self.id, after_seconds=self.settings.heartbeat_timeout_seconds
+            )
+
+        # The dead rows' deletion and the release of their executions commit together.
+        requeued, dead = await self._take_back(beat_and_find_dead)
+        if not alive and self._registered:
+            # Declared dead while alive (too slow to beat): what this process held went back to
+            # the queue for others. It takes a new id, so it records no outcome for any of that
+            # (``queue.complete`` checks the holder), stops running it, and hands back what it
+            # may have claimed under the old id after it was declared dead.
+            old, self.id = self.id, self._new_id()
+            log.error("heartbeat %s was taken over by another process; continuing as %s", old, self.id)
+            for task in list(self._running.values()):
+                task.cancel()
+
+            async def beat_as_new(session: AsyncSession) -> list[str]:
+                await heartbeat.beat(session, self.id)
+                return [old]
+
+            await self._take_back(beat_as_new)
+        self._registered = True
+        if dead:
+            log.warning("processes %s stopped beating; took back %d of their executions", dead[:5], requeued)
+
+    async def _take_back(
+        self, find: Callable[[AsyncSession], Awaitable[list[str] | None]]
+    ) -> tuple[int, list[str] | None]:
+        """Re-queue what dead workers held, in one transaction with ``find``, which names the
+        dead (their heartbeat stopped) or answers None (those whose lease expired)."""
+        messages: list[bytes] = []
+        async with self.db.write(durable=False) as session:
+            owners = await find(session)
+            requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts, owners=owners)
+            if dead:
+                messages = finished_messages(e.id for e in dead)
+            if requeued:
+                messages.append(WORK)  # every engine claims, not only this one
+            await self.notifier.stage(session, messages)
+            for e in dead:
+                session.add(
+                    LogEntry(
+                        timestamp=utcnow(),
+                        level="error",
+                        message=f"execution {e.id} failed: {e.error}",
+                        tenant=e.tenant,
+                        user_id=e.owner_user,
+                        flow_id=e.flow_id,
+                        execution_id=e.id,
+                    )
+                )
+        self.notifier.committed(messages)
+        metrics.lease_expiries(requeued)
+        for e in dead:
+            metrics.execution_finished(e.trigger, "failed", None)
+        if requeued:
+            self.wake()
+        if dead:
+            self.hub.notify(e.id for e in dead)
+        return requeued, owners
+
     async def _shutdown(self, side: list[asyncio.Task[None]]) -> None:
+        # Claimed but not started (waiting for a runner slot): handed back at once.
+        waiting = self.pool.waiting_ids() & set(self._running)
+        await self._hand_back(sorted(waiting), started=False)
         unfinished: list[str] = []
         if self._running:
-            _done, pending = await asyncio.wait(
-                self._running.values(), timeout=self.settings.stop_grace_seconds
+            log.info(
+                "stopping: %d executions running, up to %g s to finish",
+                len(self._running),
+                self.settings.stop_grace_seconds,
             )
-            unfinished = [eid for eid, task in self._running.items() if task in pending]
-            for task in pending:
+            force = asyncio.create_task(self._force.wait())
+            deadline = time.monotonic() + self.settings.stop_grace_seconds
+            while self._running and not force.done() and (left := deadline - time.monotonic()) > 0:
+                await asyncio.wait(
+                    [*self._running.values(), force], timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+            force.cancel()
+            pending = dict(self._running)
+            unfinished = list(pending)
+            for task in pending.values():
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self.pool.close()
+            await asyncio.gather(*pending.values(), return_exceptions=True)
+        # Their outcomes first (it is the same rows), then what ran past the grace goes back.
         with contextlib.suppress(Exception):
             while self._outcomes:
                 await self._flush_once()
-        if unfinished:
-            # Hand them back now rather than after the lease expires.
-            with contextlib.suppress(Exception):
-                async with self.db.write(durable=False) as session:
-                    await session.execute(
-                        sa.update(queue.Execution)
-                        .where(
-                            queue.Execution.id.in_(unfinished),
-                            queue.Execution.lease_owner == self.id,
-                            queue.Execution.status == "running",
-                        )
-                        .values(status="queued", lease_owner=None, lease_expires_at=None)
-                        .execution_options(synchronize_session=False)
-                    )
+        await self._hand_back(unfinished, started=True)
+        await self.pool.close()
         for task in side:
             task.cancel()
         await asyncio.gather(*side, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            async with self.db.write(durable=False) as session:
+                await heartbeat.remove(session, self.id)
+
+    async def _hand_back(self, ids: list[str], *, started: bool) -> None:
+        """Release executions to the queue now rather than after their lease, and wake
+        every engine to claim them."""
+        if not ids:
+            return
+        for eid in ids:
+            task = self._running.get(eid)
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for e in ids if (t := self._running.get(e)) is not None), return_exceptions=True
+        )
+        try:
+            async with self.db.write(durable=False) as session:
+                released = await queue.release(session, worker_id=self.id, ids=ids, started=started)
+                await self.notifier.stage(session, [WORK])
+            self.notifier.committed([WORK])
+            log.warning("handed back %d executions to the queue", released)
+        except Exception:
+            log.exception("handing back %d executions failed; their leases will expire", len(ids))
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -1,4 +1,4 @@
-"""Executions (which double as the durable work queue), their steps, webhook
+"""Executions (which double as the durable work queue, and hold their step results), webhook
 idempotency keys and the per-day counters behind /icenter/executions."""
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class Execution(Base):
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False)
     input: Mapped[Any] = mapped_column(Json, nullable=True)
     result: Mapped[Any] = mapped_column(Json, nullable=True)
+    # The step results, one JSON document in the served shape (executions/steps.py), written
+    # with the outcome by the same UPDATE: no row per step. Deferred: lists do not read it.
+    steps: Mapped[Any] = mapped_column(Json, nullable=True, deferred=True)
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -55,29 +58,6 @@ class Execution(Base):
         sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
         sa.Index("ix_executions_flow_status", "flow_id", "status"),
     )
-
-
-class ExecutionStep(Base):
-    """One node of one execution: its runs aggregated (a node runs once per arriving message)."""
-
-    __tablename__ = "execution_steps"
-
-    execution_id: Mapped[str] = mapped_column(
-        Id, sa.ForeignKey("executions.id", ondelete="CASCADE"), primary_key=True
-    )
-    node_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    component_id: Mapped[str | None] = mapped_column(sa.String(200))
-    function: Mapped[str | None] = mapped_column(sa.String(200))
-    status: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # succeeded | failed
-    runs: Mapped[int] = mapped_column(sa.Integer, nullable=False)
-    messages_in: Mapped[int] = mapped_column(sa.Integer, nullable=False)
-    messages_out: Mapped[int] = mapped_column(sa.Integer, nullable=False)
-    duration_ms: Mapped[float] = mapped_column(sa.Float, nullable=False)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
-    finished_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
-    error: Mapped[str | None] = mapped_column(sa.Text)
-    output: Mapped[Any] = mapped_column(Json, nullable=True)
-    position: Mapped[int] = mapped_column(sa.Integer, nullable=False)
 
 
 class IdempotencyKey(Base):
@@ -178,6 +158,8 @@ class ComponentPeriodCount(Base):
     tenant: Mapped[str | None] = mapped_column(sa.String(64))
     user_id: Mapped[str | None] = mapped_column(sa.String(64))
     steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+    # The days of the period on which steps ran: bit i for the period's i-th day (from 0).
+    days: Mapped[int] = mapped_column(sa.BigInteger, nullable=False, server_default="0")
 
     __table_args__ = (
         sa.Index(
@@ -188,6 +170,7 @@ class ComponentPeriodCount(Base):
             "component_id",
             "flow_id",
             "steps",
+            "days",
         ),
         {"sqlite_with_rowid": False},
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
+DAY = "day"
 WEEK = "week"
 MONTH = "month"
 
@@ -64,6 +65,65 @@ class Cover:
     days: list[tuple[date, date]] = field(default_factory=list)
     weeks: list[tuple[date, date]] = field(default_factory=list)
     months: list[tuple[date, date]] = field(default_factory=list)
+
+    def count(self) -> int:
+        """How many single periods (days, weeks, months) the cover holds."""
+        return (
+            sum(last.toordinal() - first.toordinal() + 1 for first, last in self.days)
+            + sum((last.toordinal() - first.toordinal()) // 7 + 1 for first, last in self.weeks)
+            + sum(_month_number(last) - _month_number(first) + 1 for first, last in self.months)
+        )
+
+
+def pieces(c: Cover) -> list[tuple[str, date]]:
+    """Every single period of a cover, ``(DAY | WEEK | MONTH, its first day)``: days, then
+    weeks, then months, each in order."""
+    out = [
+        (DAY, date.fromordinal(o))
+        for first, last in c.days
+        for o in range(first.toordinal(), last.toordinal() + 1)
+    ]
+    out += [
+        (WEEK, date.fromordinal(o))
+        for first, last in c.weeks
+        for o in range(first.toordinal(), last.toordinal() + 1, 7)
+    ]
+    out += [
+        (MONTH, _month_start(n))
+        for first, last in c.months
+        for n in range(_month_number(first), _month_number(last) + 1)
+    ]
+    return out
+
+
+def months_touched(start: date, end: date) -> tuple[list[tuple[date, int]], tuple[date, date] | None]:
+    """The calendar months ``start``..``end`` (inclusive) touches: those it holds only in part,
+    each as (its 1st, a mask with bit ``i`` set for its ``i``-th day inside the frame, from
+    0), and the range of the 1sts of the months it holds whole (None if none)."""
+    if start > end:
+        return [], None
+    first_whole, last_whole = _month_number_after(start), _month_number_ending_by(end)
+    partial: list[tuple[date, int]] = []
+    if first_whole > last_whole:  # no whole month: one or two partial ones
+        if _month_number(start) == _month_number(end):
+            return [(month_of(start), _day_bits(start.day, end.day))], None
+        last_of_start = date.fromordinal(_next_month_ordinal(start) - 1)
+        return [
+            (month_of(start), _day_bits(start.day, last_of_start.day)),
+            (month_of(end), _day_bits(1, end.day)),
+        ], None
+    if start.day != 1:
+        partial.append(
+            (month_of(start), _day_bits(start.day, date.fromordinal(_next_month_ordinal(start) - 1).day))
+        )
+    if _month_number(end) > last_whole:
+        partial.append((month_of(end), _day_bits(1, end.day)))
+    return partial, (_month_start(first_whole), _month_start(last_whole))
+
+
+def _day_bits(first: int, last: int) -> int:
+    """Bits ``first - 1`` .. ``last - 1`` (days of a month, from 1)."""
+    return ((1 << last) - 1) & ~((1 << (first - 1)) - 1)
 
 
 def _cover_with_weeks(first: int, last: int, out: Cover) -> None:

@@ -109,8 +109,8 @@ async def get_execution(
     id: Annotated[str, Path(description="Execution id.")], db: DB, caller: Caller
 ) -> JSONOut:
     async with db.read() as session:
-        e, steps = await service.get_execution(session, caller, id)
-    return single({**service.to_dict(e), "steps": [service.step_dict(s) for s in steps]})
+        e = await service.get_execution(session, caller, id)
+    return single({**service.to_dict(e), "steps": service.steps_of(e)})
 
 
 def _parse_day(raw: str | None, name: str, default: date, problems: list[Problem]) -> date:

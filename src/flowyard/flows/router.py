@@ -115,9 +115,7 @@ async def list_flows(
 async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
     caller.require(perms.FLOWS_READ)
-    async with db.read() as session:
-        flow = await service.get_flow(session, caller, id)
-    return single(service.to_dict(flow))
+    return single(await service.read_flow(db, caller, id))
 
 
 @router.patch(

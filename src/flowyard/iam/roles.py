@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,8 +25,15 @@ async def effective_permissions(session: AsyncSession, user: User) -> frozenset[
         .join(UserRole, UserRole.role_id == Role.id)
         .where(UserRole.user_id == user.id)
     )
-    granted = set(user.permissions or [])
-    for role_perms in rows:
+    return combine_permissions(user.permissions, rows)
+
+
+def combine_permissions(
+    own: Iterable[str] | None, of_roles: Iterable[Iterable[str] | None]
+) -> frozenset[str]:
+    """The one rule of SPEC §2: a user's own permissions plus those of each role it holds."""
+    granted = set(own or [])
+    for role_perms in of_roles:
         granted.update(role_perms or [])
     return frozenset(granted)
 

@@ -20,13 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.api.listing import id_page
 from flowyard.clock import as_utc, utcnow
 from flowyard.config import Settings
+from flowyard.db.fast import Fetch, Row
+from flowyard.db.session import Database
 from flowyard.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from flowyard.iam import permissions as perms
 from flowyard.iam import policy
-from flowyard.iam.models import Token, User
+from flowyard.iam.models import Role, Token, User, UserRole
 from flowyard.iam.policy import Action
 from flowyard.iam.principal import Principal
-from flowyard.iam.roles import effective_permissions
+from flowyard.iam.roles import combine_permissions, effective_permissions
 from flowyard.ids import check_id
 
 SESSION = "session"
@@ -84,12 +86,17 @@ async def _issue(
     return token, text
 
 
-def _expired(token: Token, now: datetime, lifetimes: Lifetimes) -> bool:
-    if token.expires_at is not None and token.expires_at <= now:
-        return True
-    return (
-        token.kind == SESSION and as_utc(token.created_at) + timedelta(seconds=lifetimes.session_max) <= now
-    )
+def _expired(token: Token | Row, now: datetime, lifetimes: Lifetimes) -> bool:
+    return (deadline := _valid_until(token, lifetimes)) is not None and deadline <= now
+
+
+def _valid_until(token: Token | Row, lifetimes: Lifetimes) -> datetime | None:
+    """When the token stops being accepted (None: never), as of its stored expiry."""
+    until = as_utc(token.expires_at) if token.expires_at is not None else None
+    if token.kind == SESSION:
+        absolute = as_utc(token.created_at) + timedelta(seconds=lifetimes.session_max)
+        until = absolute if until is None else min(until, absolute)
+    return until
 
 
 async def _find(session: AsyncSession, token_text: str) -> tuple[Token, User] | None:
@@ -103,28 +110,69 @@ async def _find(session: AsyncSession, token_text: str) -> tuple[Token, User] | 
     return None if row is None else (row[0], row[1])
 
 
-async def authenticate(
-    session: AsyncSession, token_text: str, lifetimes: Lifetimes
-) -> tuple[Principal, bool]:
-    """Resolve a bearer token. The flag says a session token's expiry should slide."""
+_t, _u, _ur, _r = Token.__table__, User.__table__, UserRole.__table__, Role.__table__
+# Every request's token, user and the user's roles in one statement straight from the driver
+# (db/fast.py): one row per role held (or one with no role).
+_RESOLVE = Fetch(
+    sa.select(
+        _t.c.id,
+        _t.c.kind,
+        _t.c.permissions.label("token_permissions"),
+        _t.c.created_at,
+        _t.c.expires_at,
+        _u.c.id.label("user_id"),
+        _u.c.username,
+        _u.c.tenant_id,
+        _u.c.status,
+        _u.c.permissions.label("user_permissions"),
+        _r.c.permissions.label("role_permissions"),
+    )
+    .select_from(
+        _t.join(_u, _u.c.id == _t.c.user_id)
+        .outerjoin(_ur, _ur.c.user_id == _u.c.id)
+        .outerjoin(_r, _r.c.id == _ur.c.role_id)
+    )
+    .where(_t.c.token_hash == sa.bindparam("token_hash"))
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A bearer token resolved: who calls, whether a session's expiry should slide, and
+    until when the token is valid (a cache must not keep it longer)."""
+
+    principal: Principal
+    slide: bool
+    valid_until: datetime | None
+
+
+async def authenticate(db: Database, token_text: str, lifetimes: Lifetimes) -> Resolved:
+    """Resolve a bearer token (401 when unknown, expired or of a disabled account)."""
     now = utcnow()
-    found = await _find(session, token_text)
-    if found is None:
+    rows = await _RESOLVE.all(db, token_hash=hash_token(token_text))
+    if not rows:
         raise Unauthorized()
-    token, user = found
+    token = rows[0]
     if _expired(token, now, lifetimes):
         raise Unauthorized("Token expired.")
-    if user.status == "DISABLED":
+    if token.status == "DISABLED":
         raise Unauthorized("Account disabled.")
     slide = token.kind == SESSION and (
         token.expires_at is None
-        or lifetimes.session_expiry(as_utc(token.created_at), now) - token.expires_at > _SLIDE_GRANULARITY
+        or lifetimes.session_expiry(as_utc(token.created_at), now) - as_utc(token.expires_at)
+        > _SLIDE_GRANULARITY
     )
-    granted = perms.narrow(await effective_permissions(session, user), token.permissions)
+    held = combine_permissions(token.user_permissions, (r.role_permissions for r in rows))
+    granted = perms.narrow(held, token.token_permissions)
     principal = Principal(
-        user.id, user.username, user.tenant_id, granted, token.id, narrowed=token.permissions is not None
+        token.user_id,
+        token.username,
+        token.tenant_id,
+        granted,
+        token.id,
+        narrowed=token.token_permissions is not None,
     )
-    return principal, slide
+    return Resolved(principal, slide, _valid_until(token, lifetimes))
 
 
 async def slide_session(session: AsyncSession, token_id: str, lifetimes: Lifetimes) -> None:

@@ -1,9 +1,9 @@
 """The webhook request, independent of the web framework.
 
-Both adapters call ``handle``: the FastAPI route (which also documents the
-endpoint in OpenAPI) and the ASGI fast path that serves ``POST /webhooks/*``
-before FastAPI's routing and dependency machinery, because this is the
-endpoint external systems hammer.
+``POST /webhooks/{flowId}`` has one server, the ASGI fast path
+(``webhooks/fastpath.py``), which hands the raw request here: ``parse`` is the
+one place its headers, query and body are read and validated, ``handle`` stores
+it and answers. The endpoint's OpenAPI description is ``webhooks/openapi.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 import sqlalchemy as sa
@@ -67,6 +69,54 @@ def reply_headers(raw: Any) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class WebhookCall:
+    """A parsed and validated webhook request."""
+
+    flow_id: str
+    payload: Any
+    raw: bytes
+    wait: float | None
+    idempotency_key: str | None
+    signature: str | None
+
+
+def parse(
+    flow_id: str, headers: Iterable[tuple[bytes, bytes]], query_string: bytes, raw: bytes
+) -> WebhookCall:
+    """Read and validate a webhook request (ASGI headers, raw query string and body).
+
+    Raises the refusal in the contract's shape: 400 for ``wait``, the body or
+    ``Idempotency-Key``, 415 for a content type other than JSON. No parser text
+    goes back to the anonymous caller.
+    """
+    content_type = idempotency_key = signature = None
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value.decode("latin-1")
+        elif name == b"idempotency-key":
+            idempotency_key = value.decode("latin-1")
+        elif name == b"x-flowyard-signature":
+            signature = value.decode("latin-1")
+    wait = None
+    if query_string:
+        values = parse_qs(query_string.decode("latin-1")).get("wait")
+        if values:
+            wait = parse_wait(values[-1])
+    if not is_json_content_type(content_type):
+        raise UnsupportedMediaType()
+    if not raw:
+        raise InvalidInput("A JSON body is required.")
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # Position only: no parser text goes back to an anonymous caller.
+        raise InvalidInput(f"The body is not valid JSON (line {exc.lineno}, column {exc.colno}).") from None
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
+        raise InvalidInput("Idempotency-Key must be 1 to 255 characters.", field="Idempotency-Key")
+    return WebhookCall(flow_id, payload, raw, wait, idempotency_key, signature)
+
+
 def parse_wait(raw: str | None) -> float | None:
     if raw is None:
         return None
@@ -82,38 +132,22 @@ def parse_wait(raw: str | None) -> float | None:
 
 
 async def handle(
+    call: WebhookCall,
     *,
     db: Database,
     batcher: WebhookBatcher,
     hub: CompletionHub | None,
-    flow_id: str,
-    content_type: str | None,
-    raw: bytes,
-    wait: float | None,
-    idempotency_key: str | None,
-    signature: str | None,
     poll: float = 1.0,
 ) -> Reply:
     """Store the trigger durably, then answer 202 (or, with ``wait``, the flow's reply)."""
-    if not is_json_content_type(content_type):
-        raise UnsupportedMediaType()
-    if not raw:
-        raise InvalidInput("A JSON body is required.")
-    try:
-        payload = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        # Position only: no parser text goes back to an anonymous caller.
-        raise InvalidInput(f"The body is not valid JSON (line {exc.lineno}, column {exc.colno}).") from None
-    if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
-        raise InvalidInput("Idempotency-Key must be 1 to 255 characters.", field="Idempotency-Key")
     accepted = await batcher.submit(
         WebhookRequest(
-            flow_id=flow_id,
-            payload=payload,
-            body_hash=hashlib.sha256(raw).hexdigest(),
-            raw=raw,
-            idempotency_key=idempotency_key,
-            signature=signature,
+            flow_id=call.flow_id,
+            payload=call.payload,
+            body_hash=hashlib.sha256(call.raw).hexdigest() if call.idempotency_key is not None else "",
+            raw=call.raw,
+            idempotency_key=call.idempotency_key,
+            signature=call.signature,
         )
     )
     queued = Reply(
@@ -124,11 +158,11 @@ async def handle(
         },
         {"Idempotent-Replayed": "true"} if accepted.replayed else {},
     )
-    if wait is None:
+    if call.wait is None:
         return queued
     # A replayed request may name an execution that finished long ago: read it first.
     finished = await wait_for_result(
-        db, hub, accepted.execution_id, wait, poll=poll, read_first=accepted.replayed or hub is None
+        db, hub, accepted.execution_id, call.wait, poll=poll, read_first=accepted.replayed or hub is None
     )
     if finished is None:
         return queued

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import hmac
 import logging
@@ -206,7 +207,10 @@ class WebhookBatcher:
         if not is_valid_id(request.flow_id):
             raise not_found(request.flow_id[:64])
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="flowyard-webhook-batcher")
+            # A fresh context: not the request id of the request that happened to start it.
+            self._task = asyncio.create_task(
+                self._run(), name="flowyard-webhook-batcher", context=contextvars.Context()
+            )
         future: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
         request.future = future
         self._pending.append(request)

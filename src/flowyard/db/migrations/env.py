@@ -1,8 +1,11 @@
 """Alembic environment: one tree for SQLite and PostgreSQL.
 
 SQLite gets ``render_as_batch`` (ALTER TABLE support) and foreign keys off
-during batch operations; PostgreSQL takes an advisory lock so several API
-processes starting at once migrate one after another.
+during batch operations. PostgreSQL runs all pending migrations in one
+transaction that first takes a transaction-scoped advisory lock, so several
+processes starting at once migrate one after another, and nothing outlives the
+transaction (PgBouncer in transaction mode may hand the next one another server
+connection: a session-level lock would stay held there).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db.base import UTCDateTime
 from flowyard.db.metadata import include_object, metadata
+from flowyard.db.session import engine_kwargs
 
 config = context.config
 MIGRATION_LOCK = 0x466C6F77  # "Flow"
@@ -35,29 +39,27 @@ def _run(connection: Connection) -> None:
     if is_sqlite:
         connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
     else:
-        connection.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
-    try:
-        context.configure(
-            connection=connection,
-            target_metadata=metadata,
-            render_as_batch=is_sqlite,
-            transaction_per_migration=True,
-            compare_type=True,
-            render_item=_render_item,
-            include_object=include_object,
-        )
-        with context.begin_transaction():
-            context.run_migrations()
-        if connection.in_transaction():
-            connection.commit()
-    finally:
-        if not is_sqlite:
-            connection.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
-            connection.commit()
+        # Begins the one transaction the migrations below run in (alembic sees it as the
+        # caller's); the lock is released by its commit or rollback.
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=is_sqlite,
+        transaction_per_migration=is_sqlite,
+        compare_type=True,
+        render_item=_render_item,
+        include_object=include_object,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+    if connection.in_transaction():
+        connection.commit()
 
 
 async def _main() -> None:
-    engine = create_async_engine(config.get_main_option("sqlalchemy.url") or "", poolclass=sa.pool.NullPool)
+    url, kwargs = engine_kwargs(config.get_main_option("sqlalchemy.url") or "")
+    engine = create_async_engine(url, poolclass=sa.pool.NullPool, **kwargs)
     try:
         async with engine.connect() as conn:
             await conn.run_sync(_run)

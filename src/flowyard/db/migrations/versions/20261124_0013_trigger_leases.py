@@ -1,7 +1,7 @@
 """event-trigger leases: one consuming engine process per flow
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-11-23 23:40:00.000000
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

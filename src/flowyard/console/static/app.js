@@ -1,0 +1,1382 @@
+// flowyard console: a single page over the public API (bearer token in sessionStorage only).
+// Everything is built with DOM APIs (textContent, never innerHTML with data), so no text that
+// comes from the API can become markup, and the page needs no inline script or style.
+
+const main = document.getElementById("main");
+const toastBox = document.getElementById("toast");
+const TOKEN_KEY = "flowyard.token";
+const ME_KEY = "flowyard.me";
+const POLL_MS = 1500;
+const STATUSES = ["inactive", "starting", "active", "stopping"];
+const EXEC_STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"];
+
+// ---------------------------------------------------------------- helpers
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else if (key === "value") el.value = value;
+    else if (key === "checked") el.checked = Boolean(value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// replaceChildren() would write null as the text "null": leave out what is not there.
+function put(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+// Live pages poll: rebuild a region only when its data changed, so focus and clicks survive.
+const lastRendered = new WeakMap();
+function changed(el, data) {
+  const key = JSON.stringify(data);
+  if (lastRendered.get(el) === key) return false;
+  lastRendered.set(el, key);
+  return true;
+}
+
+let idCounter = 0;
+const uid = (prefix) => `${prefix}-${++idCounter}`;
+
+function field(label, control, help) {
+  const id = control.id || uid("f");
+  control.id = id;
+  const errId = `${id}-error`;
+  const err = h("p", { class: "field-error", id: errId, hidden: true });
+  const helpEl = help ? h("p", { class: "help", id: `${id}-help` }, help) : null;
+  control.setAttribute("aria-describedby", [helpEl ? helpEl.id : "", errId].join(" ").trim());
+  return h("div", { class: "field" }, h("label", { for: id }, label), control, helpEl, err);
+}
+
+function setFieldError(control, messages) {
+  const err = document.getElementById(`${control.id}-error`);
+  if (!err) return;
+  err.textContent = messages.join(" ");
+  err.hidden = messages.length === 0;
+  if (messages.length) control.setAttribute("aria-invalid", "true");
+  else control.removeAttribute("aria-invalid");
+}
+
+function select(options, value, attrs) {
+  return h(
+    "select",
+    attrs || {},
+    options.map(([v, label]) => h("option", { value: v, selected: v === value }, label)),
+  );
+}
+
+function fmtTime(iso) {
+  if (!iso) return "—";
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+}
+
+function fmtJson(value) {
+  return value === undefined ? "" : JSON.stringify(value, null, 2);
+}
+
+function badge(status) {
+  return h("span", { class: `badge badge-${status}` }, status);
+}
+
+function toast(message, kind) {
+  toastBox.textContent = message;
+  toastBox.className = `toast show ${kind || ""}`;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => {
+    toastBox.className = "toast";
+  }, 4000);
+}
+
+function errorBox(err) {
+  const errors = err && err.errors ? err.errors : [{ message: String(err && err.message ? err.message : err) }];
+  return h(
+    "div",
+    { class: "alert", role: "alert" },
+    h("ul", {}, errors.map((e) => h("li", {}, e.field ? `${e.field}: ${e.message}` : e.message))),
+  );
+}
+
+function emptyState(text, action) {
+  return h("div", { class: "empty" }, h("p", {}, text), action || null);
+}
+
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    toast("Copied to the clipboard.");
+  } catch {
+    toast("Copy failed: select the text and copy it by hand.", "error");
+  }
+}
+
+function copyButton(text, label) {
+  return h("button", { type: "button", class: "secondary small", onclick: () => copyText(text) }, label || "Copy");
+}
+
+// ---------------------------------------------------------------- session and API
+
+class ApiError extends Error {
+  constructor(status, errors) {
+    super(errors.map((e) => e.message).join(" "));
+    this.status = status;
+    this.errors = errors;
+  }
+}
+
+const session = {
+  get token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  },
+  get me() {
+    const raw = sessionStorage.getItem(ME_KEY);
+    return raw ? JSON.parse(raw) : null;
+  },
+  set(token, me) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(ME_KEY, JSON.stringify(me));
+  },
+  clear() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(ME_KEY);
+  },
+};
+
+function isAdmin() {
+  const me = session.me;
+  return Boolean(me && me.permissions.includes("all"));
+}
+
+function hasPermission(name) {
+  const me = session.me;
+  if (!me) return false;
+  const perms = me.permissions;
+  return perms.includes("all") || perms.includes(name) || (name.startsWith("tenant.") && perms.includes("tenant.all"));
+}
+
+function qs(params) {
+  const search = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== "") search.set(k, v);
+  }
+  const s = search.toString();
+  return s ? `?${s}` : "";
+}
+
+async function api(method, path, body, { auth = true } = {}) {
+  const headers = { Accept: "application/json" };
+  if (auth && session.token) headers.Authorization = `Bearer ${session.token}`;
+  const init = { method, headers, credentials: "omit", cache: "no-store" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, [{ message: "The server cannot be reached. Check that flowyard is running, then retry." }]);
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    if (response.status === 401 && auth) {
+      session.clear();
+      showChrome();
+      if (!location.hash.startsWith("#/login")) location.hash = "#/login";
+    }
+    const errors = data && Array.isArray(data.errors) ? data.errors : [{ message: `HTTP ${response.status}` }];
+    throw new ApiError(response.status, errors);
+  }
+  return data;
+}
+
+// ---------------------------------------------------------------- router
+
+let cleanup = [];
+function onLeave(fn) {
+  cleanup.push(fn);
+}
+
+// Stops the page's polling; resolves when a refresh already under way has finished.
+function stopLivePage() {
+  const waits = cleanup.map((fn) => fn());
+  cleanup = [];
+  return Promise.all(waits);
+}
+
+// Calls fn now and every POLL_MS while the page is visible; stops when the route changes.
+function poll(fn) {
+  let stopped = false;
+  let timer = null;
+  let inflight = Promise.resolve();
+  const tick = async () => {
+    if (stopped) return;
+    if (!document.hidden) {
+      inflight = fn().catch((err) => {
+        if (!(err instanceof ApiError)) throw err;
+      });
+      await inflight;
+    }
+    if (!stopped) timer = setTimeout(tick, POLL_MS);
+  };
+  timer = setTimeout(tick, POLL_MS);
+  onLeave(() => {
+    stopped = true;
+    clearTimeout(timer);
+    return inflight.catch(() => undefined);
+  });
+}
+
+const routes = [
+  [/^\/login$/, viewLogin, "login"],
+  [/^\/flows$/, viewFlows, "flows"],
+  [/^\/flows\/new$/, (p, q) => viewEditor(null, q), "flows"],
+  [/^\/flows\/([0-9a-f]{24})$/, (p) => viewFlow(p[1]), "flows"],
+  [/^\/flows\/([0-9a-f]{24})\/edit$/, (p) => viewEditor(p[1]), "flows"],
+  [/^\/executions$/, viewExecutions, "executions"],
+  [/^\/executions\/([0-9a-f]{24})$/, (p) => viewExecution(p[1]), "executions"],
+  [/^\/logs$/, viewLogs, "logs"],
+  [/^\/counts$/, viewCounts, "counts"],
+  [/^\/templates$/, viewTemplates, "templates"],
+  [/^\/admin\/(tokens|users|tenants|roles)$/, (p) => viewAdmin(p[1]), "admin"],
+];
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/flows";
+  const [path, query] = raw.split("?");
+  return { path, query: new URLSearchParams(query || "") };
+}
+
+function navigate(path, query) {
+  location.hash = `#${path}${query ? qs(query) : ""}`;
+}
+
+async function route() {
+  await stopLivePage();
+  const { path, query } = parseHash();
+  if (!session.token && path !== "/login") {
+    navigate("/login", { next: path === "/" ? "" : path });
+    return;
+  }
+  showChrome();
+  for (const [pattern, view, section] of routes) {
+    const match = path.match(pattern);
+    if (!match) continue;
+    for (const link of document.querySelectorAll("#nav a")) {
+      if (link.dataset.section === section) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+    put(main, h("p", { class: "loading" }, "Loading…"));
+    try {
+      await view(match, query);
+    } catch (err) {
+      if (err instanceof ApiError) {
+        put(main, 
+          h("h1", {}, err.status === 404 ? "Not found" : "Something went wrong"),
+          errorBox(err),
+          h("p", {}, h("a", { href: "#/flows" }, "Back to the flows")),
+        );
+      } else {
+        throw err;
+      }
+    }
+    return;
+  }
+  put(main, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/flows" }, "Go to the flows")));
+}
+
+function setTitle(text) {
+  document.title = `${text} · flowyard`;
+}
+
+function showChrome() {
+  const me = session.me;
+  document.getElementById("nav").hidden = !me;
+  document.getElementById("who").hidden = !me;
+  document.getElementById("who-name").textContent = me ? me.username : "";
+}
+
+// ---------------------------------------------------------------- sign in / out
+
+async function viewLogin(_m, query) {
+  setTitle("Sign in");
+  const user = h("input", { type: "email", name: "username", autocomplete: "username", required: true });
+  const pass = h("input", { type: "password", name: "password", autocomplete: "current-password", required: true });
+  const out = h("div", { "aria-live": "polite" });
+  const submit = h("button", { type: "submit" }, "Sign in");
+  const form = h(
+    "form",
+    {
+      class: "card narrow",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        submit.disabled = true;
+        put(out, );
+        try {
+          const login = await api("POST", "/login", { username: user.value, password: pass.value }, { auth: false });
+          sessionStorage.setItem(TOKEN_KEY, login.token);
+          const found = await api("GET", `/api/users${qs({ username: user.value.trim().toLowerCase() })}`);
+          const me = found.find((u) => u.username === user.value.trim().toLowerCase());
+          if (!me) throw new ApiError(0, [{ message: "Signed in, but your user record is not readable; ask an administrator." }]);
+          const permissions = new Set(me.permissions);
+          for (const role of me.roles) for (const p of role.permissions) permissions.add(p);
+          session.set(login.token, { id: me.id, username: me.username, tenant: me.tenant, permissions: [...permissions] });
+          navigate(query.get("next") || "/flows");
+        } catch (err) {
+          session.clear();
+          put(out, errorBox(err));
+          submit.disabled = false;
+        }
+      },
+    },
+    h("h1", {}, "Sign in to flowyard"),
+    field("E-mail", user),
+    field("Password", pass, "After make run, the first administrator's password is in data/initial-admin-password."),
+    out,
+    submit,
+  );
+  put(main, form);
+  user.focus();
+}
+
+document.getElementById("signout").addEventListener("click", async () => {
+  try {
+    await api("POST", "/logout");
+  } catch {
+    // the token may already be gone; signing out locally is what matters
+  }
+  session.clear();
+  showChrome();
+  navigate("/login");
+  toast("Signed out.");
+});
+
+// ---------------------------------------------------------------- lists
+
+function pager(meta, onPage) {
+  const page = meta.page || 1;
+  const pages = meta.totalPages || 0;
+  return h(
+    "nav",
+    { class: "pager", "aria-label": "Pages" },
+    h("button", { type: "button", class: "secondary small", disabled: page <= 1, onclick: () => onPage(page - 1) }, "Previous"),
+    h("span", {}, pages ? `Page ${page} of ${pages} · ${meta.total} in all` : "No results"),
+    h(
+      "button",
+      { type: "button", class: "secondary small", disabled: page >= pages, onclick: () => onPage(page + 1) },
+      "Next",
+    ),
+  );
+}
+
+function table(caption, headers, rows) {
+  return h(
+    "div",
+    { class: "table-wrap", tabindex: 0, role: "region", "aria-label": caption },
+    h(
+      "table",
+      {},
+      h("caption", { class: "visually-hidden" }, caption),
+      h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, rows),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------- flows
+
+async function viewFlows(_m, query) {
+  setTitle("Flows");
+  const state = {
+    search: query.get("search") || "",
+    status: query.get("status") || "",
+    type: query.get("type") || "",
+    sort: query.get("sort") || "-updatedAt",
+    page: Number(query.get("page") || 1),
+  };
+  const search = h("input", { type: "search", value: state.search, placeholder: "Name or description" });
+  const status = select([["", "Any status"], ...STATUSES.map((s) => [s, s])], state.status);
+  const type = select([["", "Any type"], ["ordinary", "ordinary"], ["realtime", "realtime"]], state.type);
+  const sort = select(
+    [
+      ["-updatedAt", "Recently changed"],
+      ["-createdAt", "Newest"],
+      ["createdAt", "Oldest"],
+      ["name", "Name A–Z"],
+      ["-name", "Name Z–A"],
+    ],
+    state.sort,
+  );
+  const apply = (page) =>
+    navigate("/flows", { search: search.value, status: status.value, type: type.value, sort: sort.value, page: page > 1 ? page : "" });
+  const filters = h(
+    "form",
+    { class: "filters", role: "search", onsubmit: (ev) => { ev.preventDefault(); apply(1); } },
+    field("Search", search),
+    field("Status", status),
+    field("Type", type),
+    field("Sort", sort),
+    h("button", { type: "submit" }, "Apply"),
+  );
+  for (const el of [status, type, sort]) el.addEventListener("change", () => apply(1));
+  const body = h("div", {});
+  put(main, 
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", {}, "Flows"),
+      h(
+        "div",
+        { class: "actions" },
+        hasPermission("tenant.flows.create") ? h("a", { class: "button", href: "#/flows/new" }, "New flow") : null,
+        h("a", { class: "button secondary", href: "#/templates" }, "From a template"),
+      ),
+    ),
+    filters,
+    body,
+  );
+  const load = async () => {
+    const res = await api(
+      "GET",
+      `/flows${qs({
+        search: state.search,
+        "filter[status]": state.status,
+        "filter[type]": state.type,
+        sort: state.sort,
+        "page[size]": 20,
+        "page[number]": state.page,
+      })}`,
+    );
+    if (!changed(body, res)) return;
+    if (!res.data.length) {
+      put(body, 
+        emptyState(
+          state.search || state.status || state.type
+            ? "No flow matches these filters. Clear them to see every flow."
+            : "No flows yet. Create one from scratch or from a template.",
+          h("a", { class: "button", href: "#/templates" }, "Browse the templates"),
+        ),
+      );
+      return;
+    }
+    put(body, 
+      table(
+        "Flows",
+        ["Name", "Status", "Type", "Trigger", "Changed"],
+        res.data.map((f) =>
+          h(
+            "tr",
+            {},
+            h("td", {}, h("a", { href: `#/flows/${f.id}` }, f.name), f.description ? h("div", { class: "muted" }, f.description) : null),
+            h("td", {}, badge(f.status)),
+            h("td", {}, f.type),
+            h("td", {}, f.cron ? h("code", {}, f.cron) : "webhook"),
+            h("td", {}, fmtTime(f.updatedAt)),
+          ),
+        ),
+      ),
+      pager(res.meta, apply),
+    );
+  };
+  await load();
+  poll(load);
+}
+
+function drawGraph(graph) {
+  const nodes = graph.nodes || [];
+  const edges = graph.edges || [];
+  const g = new window.dagre.graphlib.Graph({ multigraph: true });
+  g.setGraph({ rankdir: "LR", nodesep: 30, ranksep: 80, marginx: 16, marginy: 16 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const n of nodes) {
+    const label = n.name || n.id;
+    const sub = n.componentId ? `${n.componentId}${n.function ? `.${n.function}` : ""}` : "pass-through";
+    const width = Math.max(120, 8 * Math.max(label.length, sub.length) + 24);
+    g.setNode(n.id, { label, sub, width, height: 52 });
+  }
+  edges.forEach((e, i) => {
+    const cfg = e.config || {};
+    const parts = [];
+    if (cfg.condition) parts.push(`if ${cfg.condition}`);
+    if (cfg.mapper) parts.push(`map ${Object.keys(cfg.mapper).join(", ")}`);
+    const label = parts.join(" · ");
+    g.setEdge(e.source, e.target, { label, width: label ? Math.min(220, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
+  });
+  window.dagre.layout(g);
+  const NS = "http://www.w3.org/2000/svg";
+  const s = (tag, attrs, text) => {
+    const el = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+    if (text !== undefined) el.textContent = text;
+    return el;
+  };
+  const info = g.graph();
+  const svg = s("svg", {
+    viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`,
+    role: "img",
+    "aria-label": `Flow graph: ${nodes.length} nodes, ${edges.length} edges`,
+    class: "graph",
+  });
+  // Natural size up to 640 px wide at least, so a phone scrolls the graph rather than shrinking it.
+  svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
+  const defs = s("defs", {});
+  const marker = s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
+  marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
+  defs.append(marker);
+  svg.append(defs);
+  for (const e of g.edges()) {
+    const edge = g.edge(e);
+    const d = edge.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
+    svg.append(s("path", { d, class: edge.label ? "edge edge-config" : "edge", "marker-end": "url(#arrow)" }));
+    if (edge.label) {
+      const text = edge.label.length > 34 ? `${edge.label.slice(0, 33)}…` : edge.label;
+      const t = s("text", { x: edge.x, y: edge.y + 4, class: "edge-label", "text-anchor": "middle" }, text);
+      t.append(s("title", {}, edge.label));
+      svg.append(t);
+    }
+  }
+  for (const id of g.nodes()) {
+    const n = g.node(id);
+    const grp = s("g", { class: "node", transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
+    grp.append(s("rect", { width: n.width, height: n.height, rx: 8 }));
+    grp.append(s("text", { x: n.width / 2, y: 22, "text-anchor": "middle", class: "node-label" }, n.label));
+    grp.append(s("text", { x: n.width / 2, y: 40, "text-anchor": "middle", class: "node-sub" }, n.sub));
+    svg.append(grp);
+  }
+  return svg;
+}
+
+function executionsTable(items, withFlow, flowNames) {
+  return table(
+    "Executions",
+    ["Execution", ...(withFlow ? ["Flow"] : []), "Status", "Trigger", "Created", "Duration"],
+    items.map((x) =>
+      h(
+        "tr",
+        {},
+        h("td", {}, h("a", { href: `#/executions/${x.id}`, class: "mono" }, x.id)),
+        withFlow
+          ? h("td", {}, flowNames && flowNames.has(x.flowId) ? h("a", { href: `#/flows/${x.flowId}` }, flowNames.get(x.flowId)) : h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId.slice(-8)))
+          : null,
+        h("td", {}, badge(x.status)),
+        h("td", {}, x.trigger),
+        h("td", {}, fmtTime(x.createdAt)),
+        h("td", {}, duration(x.startedAt, x.finishedAt)),
+      ),
+    ),
+  );
+}
+
+function duration(start, end) {
+  if (!start || !end) return "—";
+  const ms = new Date(end) - new Date(start);
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+async function viewFlow(id) {
+  let flow = (await api("GET", `/flows/${id}`)).data;
+  setTitle(flow.name);
+  const statusEl = h("div", { class: "status-line", "aria-live": "polite" });
+  const factsEl = h("dl", { class: "facts" });
+  const actions = h("div", { class: "actions" });
+  const graphBox = h("div", { class: "graph-box", tabindex: 0, role: "region", "aria-label": "Flow graph (scrolls sideways)" });
+  const execBox = h("div", {});
+  const runBox = h("div", {});
+  const hookBox = h("div", {});
+  const problems = h("div", {});
+  const canUpdate = hasPermission("tenant.flows.update");
+
+  const act = async (fn) => {
+    put(problems, );
+    try {
+      await fn();
+      await refresh();
+    } catch (err) {
+      put(problems, errorBox(err));
+    }
+  };
+
+  const renderStatus = () => {
+    put(factsEl, fact("Id", h("span", { class: "mono" }, flow.id)), fact("Type", flow.type), fact("Changed", fmtTime(flow.updatedAt)), fact("Last execution", fmtTime(flow.lastExecutionAt)));
+    put(statusEl, 
+      h("span", {}, "Status "),
+      badge(flow.status),
+      flow.statusMessage ? h("span", { class: "status-message" }, flow.statusMessage) : null,
+      flow.nextRunAt ? h("span", { class: "muted" }, ` · next run ${fmtTime(flow.nextRunAt)}`) : null,
+    );
+    put(actions, 
+      canUpdate
+        ? h("button", { type: "button", disabled: flow.status !== "inactive", onclick: () => act(() => api("POST", `/flows/${id}/start`)) }, "Start")
+        : null,
+      canUpdate
+        ? h("button", { type: "button", class: "secondary", disabled: flow.status !== "active", onclick: () => act(() => api("POST", `/flows/${id}/stop`)) }, "Stop")
+        : null,
+      canUpdate && flow.status === "inactive" ? h("a", { class: "button secondary", href: `#/flows/${id}/edit` }, "Edit") : null,
+      hasPermission("tenant.flows.delete") && flow.status === "inactive"
+        ? h(
+            "button",
+            {
+              type: "button",
+              class: "danger",
+              onclick: () => {
+                if (!confirm(`Delete the flow "${flow.name}"? Its execution history stays.`)) return;
+                // Quiet first: once the flow is gone no refresh may ask for it again.
+                stopLivePage()
+                  .then(() => api("DELETE", `/flows/${id}`))
+                  .then(
+                    () => {
+                      toast("Flow deleted.");
+                      navigate("/flows");
+                    },
+                    (err) => {
+                      put(problems, errorBox(err));
+                      poll(refresh);
+                    },
+                  );
+              },
+            },
+            "Delete",
+          )
+        : null,
+    );
+    const runnable = flow.status === "active";
+    if (canUpdate) {
+      const input = h("textarea", { rows: 4, class: "mono", spellcheck: "false" }, "{}");
+      const out = h("div", { "aria-live": "polite" });
+      put(runBox, 
+        h("h2", {}, "Run now"),
+        runnable ? null : h("p", { class: "muted" }, "Start the flow to run it by hand."),
+        h(
+          "form",
+          {
+            onsubmit: async (ev) => {
+              ev.preventDefault();
+              put(out, );
+              let body;
+              try {
+                body = input.value.trim() ? JSON.parse(input.value) : {};
+              } catch (e) {
+                setFieldError(input, [`Not valid JSON: ${e.message}`]);
+                return;
+              }
+              setFieldError(input, []);
+              try {
+                const res = await api("POST", `/flows/${id}/executions`, body);
+                navigate(`/executions/${res.data.executionId}`);
+              } catch (err) {
+                put(out, errorBox(err));
+              }
+            },
+          },
+          field("Input (JSON)", input),
+          out,
+          h("button", { type: "submit", disabled: !runnable }, "Run now"),
+        ),
+      );
+      // keep what the user typed across refreshes: only rebuild when runnability changes
+      runBox.dataset.runnable = String(runnable);
+    }
+    if (flow.cron) {
+      put(hookBox, h("h2", {}, "Schedule"), h("p", {}, "Runs on the schedule ", h("code", {}, flow.cron), " (UTC); it takes no webhooks."));
+    } else {
+      const url = `${location.origin}/webhooks/${flow.id}`;
+      const curl = `curl -X POST '${url}' -H 'Content-Type: application/json' -d '{"hello": "world"}'`;
+      put(hookBox, 
+        h("h2", {}, "Webhook"),
+        h("p", {}, flow.status === "active" ? "Active: POST JSON to this address to start an execution." : "Answers only while the flow is active."),
+        h("div", { class: "copy-row" }, h("code", { class: "copy-text", id: "webhook-url" }, url), copyButton(url, "Copy URL")),
+        h("div", { class: "copy-row" }, h("code", { class: "copy-text" }, curl), copyButton(curl, "Copy curl")),
+        flow.webhookSigned ? h("p", { class: "muted" }, "Signed: callers must send X-Flowyard-Signature (see docs/api.md).") : null,
+      );
+    }
+  };
+
+  const loadExecutions = async () => {
+    let res;
+    try {
+      res = await api("GET", `/flows/${id}/executions${qs({ "page[size]": 10 })}`);
+      if (!changed(execBox, [res, flow.status])) return;
+    } catch (err) {
+      lastRendered.delete(execBox);
+      put(execBox, h("h2", {}, "Latest executions"), errorBox(err.status === 403 ? { message: "You may not read executions (tenant.flows.read); ask an administrator." } : err));
+      return;
+    }
+    put(execBox, 
+      h("div", { class: "section-head" }, h("h2", {}, "Latest executions"), h("a", { href: `#/executions${qs({ flow: id })}` }, "All executions of this flow")),
+      res.data.length ? executionsTable(res.data, false) : emptyState(flow.status === "active" ? "No executions yet: send a webhook or use Run now." : "No executions yet."),
+    );
+  };
+
+  const refresh = async () => {
+    const next = (await api("GET", `/flows/${id}`)).data;
+    const changed = next.status !== flow.status || next.statusMessage !== flow.statusMessage || next.nextRunAt !== flow.nextRunAt || next.lastExecutionAt !== flow.lastExecutionAt;
+    flow = next;
+    if (changed) renderStatus();
+    await loadExecutions();
+  };
+
+  graphBox.append(drawGraph(flow.graph));
+  renderStatus();
+  put(main, 
+    h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "),
+    h("div", { class: "page-head" }, h("h1", {}, flow.name), actions),
+    statusEl,
+    flow.description ? h("p", {}, flow.description) : null,
+    problems,
+    factsEl,
+    h("section", { "aria-label": "Graph" }, h("h2", {}, "Graph"), graphBox),
+    h("div", { class: "two-col" }, h("section", {}, hookBox), h("section", {}, runBox)),
+    h("section", {}, execBox),
+  );
+  await loadExecutions();
+  poll(refresh);
+}
+
+function fact(label, value) {
+  return [h("dt", {}, label), h("dd", {}, value)];
+}
+
+// ---------------------------------------------------------------- editor
+
+const SAMPLE_GRAPH = {
+  nodes: [
+    { id: "in", componentId: "webhook" },
+    { id: "out", componentId: "log" },
+  ],
+  edges: [{ source: "in", target: "out" }],
+};
+
+async function viewEditor(id) {
+  const flow = id ? (await api("GET", `/flows/${id}`)).data : null;
+  setTitle(flow ? `Edit ${flow.name}` : "New flow");
+  const name = h("input", { type: "text", value: flow ? flow.name : "", required: true, maxlength: 200 });
+  const description = h("textarea", { rows: 2 }, flow && flow.description ? flow.description : "");
+  const type = select([["ordinary", "ordinary"], ["realtime", "realtime"]], flow ? flow.type : "ordinary");
+  const cron = h("input", { type: "text", value: flow && flow.cron ? flow.cron : "", placeholder: "empty: runs on webhooks", class: "mono" });
+  const graph = h("textarea", { rows: 16, class: "mono", spellcheck: "false" }, fmtJson(flow ? flow.graph : SAMPLE_GRAPH));
+  const general = h("div", {});
+  const controls = { name, description, type, cron, graph };
+  const form = h(
+    "form",
+    {
+      class: "card",
+      novalidate: true,
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        for (const c of Object.values(controls)) setFieldError(c, []);
+        put(general, );
+        let graphValue;
+        try {
+          graphValue = JSON.parse(graph.value);
+        } catch (e) {
+          setFieldError(graph, [`Not valid JSON: ${e.message}`]);
+          graph.focus();
+          return;
+        }
+        const body = { name: name.value, description: description.value || null, type: type.value, cron: cron.value.trim() || null, graph: graphValue };
+        try {
+          const res = flow ? await api("PATCH", `/flows/${flow.id}`, body) : await api("POST", "/flows", body);
+          toast(flow ? "Flow saved." : "Flow created.");
+          navigate(`/flows/${res.data.id}`);
+        } catch (err) {
+          const rest = [];
+          const byControl = new Map();
+          for (const e of err.errors || []) {
+            const top = (e.field || "").split(/[.[]/)[0];
+            const control = controls[top];
+            if (control) {
+              if (!byControl.has(control)) byControl.set(control, []);
+              byControl.get(control).push(e.field === top ? e.message : `${e.field}: ${e.message}`);
+            } else rest.push(e);
+          }
+          for (const [control, messages] of byControl) setFieldError(control, messages);
+          if (rest.length || !byControl.size) put(general, errorBox(rest.length ? new ApiError(err.status, rest) : err));
+          const first = byControl.keys().next().value;
+          if (first) first.focus();
+        }
+      },
+    },
+    field("Name", name),
+    field("Description", description),
+    field("Type", type),
+    field("Cron", cron, "Five fields (or six with seconds first) in UTC, e.g. */5 * * * *. Empty: the flow runs on webhooks."),
+    field("Graph (JSON)", graph, "nodes: [{id, componentId, function?, fields?}], edges: [{source, target, config?: {condition?, mapper?}}]."),
+    general,
+    h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
+  );
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
+  name.focus();
+}
+
+// ---------------------------------------------------------------- executions
+
+async function viewExecutions(_m, query) {
+  setTitle("Executions");
+  const state = { flow: query.get("flow") || "", status: query.get("status") || "", page: Number(query.get("page") || 1) };
+  const flows = await api("GET", `/flows${qs({ "page[size]": 200, sort: "name" })}`);
+  const flowSel = select([["", "Every flow"], ...flows.data.map((f) => [f.id, f.name])], state.flow);
+  if (state.flow && !flows.data.some((f) => f.id === state.flow)) flowSel.append(h("option", { value: state.flow, selected: true }, state.flow));
+  const statusSel = select([["", "Any status"], ...EXEC_STATUSES.map((s) => [s, s])], state.status);
+  const apply = (page) => navigate("/executions", { flow: flowSel.value, status: statusSel.value, page: page > 1 ? page : "" });
+  flowSel.addEventListener("change", () => apply(1));
+  statusSel.addEventListener("change", () => apply(1));
+  const body = h("div", { "aria-live": "polite" });
+  put(main, h("h1", {}, "Executions"), h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, field("Flow", flowSel), field("Status", statusSel)), body);
+  const load = async () => {
+    const res = await api("GET", `/executions${qs({ "filter[flowId]": state.flow, "filter[status]": state.status, "page[size]": 20, "page[number]": state.page })}`);
+    if (!changed(body, res)) return;
+    put(body, 
+      res.data.length ? executionsTable(res.data, true, new Map(flows.data.map((f) => [f.id, f.name]))) : emptyState("No executions here yet. They appear when an active flow receives a webhook, a cron tick or a manual run."),
+      res.data.length ? pager(res.meta, apply) : null,
+    );
+  };
+  await load();
+  poll(load);
+}
+
+function logScope(tenant, user) {
+  return tenant || user || (session.me && (session.me.tenant || session.me.id));
+}
+
+async function viewExecution(id) {
+  setTitle("Execution");
+  const box = h("div", {});
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "Executions"), " / "), h("h1", {}, "Execution ", h("span", { class: "mono" }, id)), box);
+  let last = "";
+  const load = async () => {
+    const x = (await api("GET", `/executions/${id}`)).data;
+    let logs = [];
+    try {
+      const res = await api("GET", `/logs${qs({ "filter[tenant]": logScope(x.tenant, x.user), "filter[executionId]": id, "page[size]": 200 })}`);
+      logs = res.data;
+    } catch {
+      logs = null;
+    }
+    const key = JSON.stringify([x, logs]);
+    if (key === last) return x;
+    last = key;
+    const logsByStep = new Map();
+    for (const entry of logs || []) {
+      const k = entry.stepId || "";
+      if (!logsByStep.has(k)) logsByStep.set(k, []);
+      logsByStep.get(k).push(entry);
+    }
+    const rerun = h(
+      "button",
+      {
+        type: "button",
+        class: "secondary",
+        onclick: async () => {
+          try {
+            const res = await api("POST", `/flows/${x.flowId}/executions`, x.input ?? {});
+            navigate(`/executions/${res.data.executionId}`);
+          } catch (err) {
+            box.prepend(errorBox(err));
+          }
+        },
+      },
+      "Run again with this input",
+    );
+    put(box, 
+      h("div", { class: "status-line", "aria-live": "polite" }, h("span", {}, "Status "), badge(x.status), x.error ? h("span", { class: "status-message" }, x.error) : null),
+      h(
+        "dl",
+        { class: "facts" },
+        ...fact("Flow", h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId)),
+        ...fact("Trigger", x.trigger),
+        ...fact("Attempts", x.attempts),
+        ...fact("Created", fmtTime(x.createdAt)),
+        ...fact("Started", fmtTime(x.startedAt)),
+        ...fact("Finished", fmtTime(x.finishedAt)),
+        ...fact("Duration", duration(x.startedAt, x.finishedAt)),
+      ),
+      hasPermission("tenant.flows.update") ? h("div", { class: "actions" }, rerun) : null,
+      h("div", { class: "two-col" }, h("section", {}, h("h2", {}, "Input"), h("pre", { tabindex: 0 }, fmtJson(x.input))), h("section", {}, h("h2", {}, "Result"), h("pre", { tabindex: 0 }, x.result === null || x.result === undefined ? "—" : fmtJson(x.result)))),
+      h("h2", {}, `Steps (${x.steps.length})`),
+      x.steps.length
+        ? h("ol", { class: "steps" }, x.steps.map((s) => stepCard(s, logsByStep.get(s.nodeId) || [], logs === null)))
+        : emptyState(x.status === "queued" || x.status === "running" ? "No step has finished yet; this page updates by itself." : "No step ran."),
+    );
+    return x;
+  };
+  const first = await load();
+  if (first.status === "queued" || first.status === "running") poll(load);
+}
+
+function stepCard(step, logs, logsUnavailable) {
+  return h(
+    "li",
+    { class: `step step-${step.status}` },
+    h("div", { class: "step-head" }, h("h3", {}, step.nodeId), badge(step.status), h("span", { class: "muted" }, step.componentId ? `${step.componentId}${step.function ? `.${step.function}` : ""}` : "pass-through")),
+    h("div", { class: "step-body" },
+      h(
+        "div",
+        {},
+        h("p", { class: "step-facts" }, `${step.runs} run${step.runs === 1 ? "" : "s"} · ${step.messagesIn} in · ${step.messagesOut} out · ${Math.round(step.durationMs)} ms`),
+        step.error ? h("div", { class: "step-error", role: "note" }, h("strong", {}, "Error: "), step.error) : null,
+        h("h4", {}, "Output"),
+        h("pre", { tabindex: 0 }, step.output === null || step.output === undefined ? "—" : fmtJson(step.output)),
+      ),
+      h(
+        "div",
+        { class: "step-logs" },
+        h("h4", {}, "Log entries"),
+        logsUnavailable
+          ? h("p", { class: "muted" }, "Logs are not available to you.")
+          : logs.length
+            ? h("ul", { class: "log-list" }, logs.map((l) => h("li", { class: `log-${l.level}` }, h("span", { class: "badge" }, l.level), " ", l.message, h("div", { class: "muted" }, fmtTime(l.timestamp)))))
+            : h("p", { class: "muted" }, "No entries."),
+      ),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------- logs
+
+function localInput(iso) {
+  if (!iso) return "";
+  return iso.slice(0, 16);
+}
+
+async function viewLogs(_m, query) {
+  setTitle("Logs");
+  const me = session.me;
+  const state = {
+    scope: query.get("scope") || me.tenant || me.id,
+    flow: query.get("flow") || "",
+    step: query.get("step") || "",
+    execution: query.get("execution") || "",
+    errors: query.get("errors") === "1",
+    from: query.get("from") || "",
+    to: query.get("to") || "",
+    page: Number(query.get("page") || 1),
+  };
+  const scope = h("input", { type: "text", value: state.scope, class: "mono" });
+  const flow = h("input", { type: "text", value: state.flow, class: "mono", placeholder: "flow id" });
+  const step = h("input", { type: "text", value: state.step, placeholder: "node id" });
+  const execution = h("input", { type: "text", value: state.execution, class: "mono", placeholder: "execution id" });
+  const level = select([["", "Every level"], ["1", "Errors only"]], state.errors ? "1" : "");
+  const from = h("input", { type: "datetime-local", value: localInput(state.from) });
+  const to = h("input", { type: "datetime-local", value: localInput(state.to) });
+  const apply = (page) =>
+    navigate("/logs", {
+      scope: scope.value,
+      flow: flow.value.trim(),
+      step: step.value.trim(),
+      execution: execution.value.trim(),
+      errors: level.value,
+      from: from.value,
+      to: to.value,
+      page: page > 1 ? page : "",
+    });
+  const body = h("div", {});
+  put(main, 
+    h("h1", {}, "Logs"),
+    h(
+      "form",
+      { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(1); } },
+      field("Tenant (or user id)", scope),
+      field("Flow", flow),
+      field("Step", step),
+      field("Execution", execution),
+      field("Level", level),
+      field("From (UTC)", from),
+      field("To (UTC)", to),
+      h("button", { type: "submit" }, "Apply"),
+    ),
+    body,
+  );
+  const load = async () => {
+    const res = await api(
+      "GET",
+      `/logs${qs({
+        "filter[tenant]": state.scope,
+        "filter[flowId]": state.flow,
+        "filter[stepId]": state.step,
+        "filter[executionId]": state.execution,
+        showErrors: state.errors ? "true" : "",
+        from: state.from,
+        to: state.to,
+        "page[size]": 50,
+        "page[number]": state.page,
+      })}`,
+    );
+    if (!changed(body, res)) return;
+    put(body, 
+      res.data.length
+        ? table(
+            "Log entries",
+            ["Time", "Level", "Message", "Flow", "Step", "Execution"],
+            res.data.map((l) =>
+              h(
+                "tr",
+                {},
+                h("td", { class: "nowrap" }, fmtTime(l.timestamp)),
+                h("td", {}, h("span", { class: `badge badge-log-${l.level}` }, l.level)),
+                h("td", {}, l.message),
+                h("td", {}, l.flowId ? h("a", { href: `#/flows/${l.flowId}`, class: "mono" }, l.flowId.slice(-8)) : "—"),
+                h("td", {}, l.stepId || "—"),
+                h("td", {}, l.executionId ? h("a", { href: `#/executions/${l.executionId}`, class: "mono" }, l.executionId.slice(-8)) : "—"),
+              ),
+            ),
+          )
+        : emptyState("No log entries match. Widen the time range or clear a filter."),
+      res.data.length ? pager(res.meta, apply) : null,
+    );
+  };
+  try {
+    await load();
+  } catch (err) {
+    put(body, errorBox(err));
+    return;
+  }
+  if (state.page === 1) poll(load);
+}
+
+// ---------------------------------------------------------------- counts
+
+function isoDay(d) {
+  return d.toISOString().slice(0, 10);
+}
+
+async function viewCounts(_m, query) {
+  setTitle("Counts");
+  const today = new Date();
+  const defaultStart = new Date(today.getTime() - 13 * 86400000);
+  const state = { start: query.get("start") || isoDay(defaultStart), end: query.get("end") || isoDay(today) };
+  const start = h("input", { type: "date", value: state.start });
+  const end = h("input", { type: "date", value: state.end });
+  const body = h("div", {});
+  put(main, 
+    h("h1", {}, "Execution counts"),
+    h(
+      "form",
+      { class: "filters", onsubmit: (e) => { e.preventDefault(); navigate("/counts", { start: start.value, end: end.value }); } },
+      field("From (UTC day)", start),
+      field("To (UTC day)", end),
+      h("button", { type: "submit" }, "Show"),
+    ),
+    body,
+  );
+  const days = [];
+  for (let d = new Date(`${state.start}T00:00:00Z`); isoDay(d) <= state.end && days.length <= 92; d = new Date(d.getTime() + 86400000)) days.push(isoDay(d));
+  if (days.length > 92 || !days.length) {
+    put(body, errorBox({ message: "Choose a frame of 1 to 92 days, the first day before the last." }));
+    return;
+  }
+  const frame = { start: state.start, end: state.end };
+  let byFlow;
+  let byUser;
+  let byComponent;
+  let perDay;
+  try {
+    [byFlow, byUser, byComponent, perDay] = await Promise.all([
+      api("GET", `/icenter/executions${qs({ ...frame, groupby: "flow" })}`),
+      api("GET", `/icenter/executions${qs({ ...frame, groupby: "user" })}`),
+      api("GET", `/icenter/executions${qs({ ...frame, groupby: "component" })}`),
+      Promise.all(days.map((d) => api("GET", `/icenter/executions${qs({ start: d, end: d, groupby: "flow" })}`))),
+    ]);
+  } catch (err) {
+    put(body, errorBox(err));
+    return;
+  }
+  const total = byFlow.metadata.totalExecutions;
+  const charts = [];
+  onLeave(() => charts.forEach((c) => c.destroy()));
+  const chartBox = (title, labels, values, kind, tableHeaders, rows) => {
+    const canvas = h("canvas", { role: "img", "aria-label": `${title}: ${labels.map((l, i) => `${l} ${values[i]}`).join(", ") || "no data"}` });
+    const section = h(
+      "section",
+      { class: "card chart-card" },
+      h("h2", {}, title),
+      values.length ? h("div", { class: "chart" }, canvas) : emptyState("Nothing counted in this frame."),
+      values.length ? h("details", {}, h("summary", {}, "As a table"), table(title, tableHeaders, rows)) : null,
+    );
+    if (values.length) {
+      charts.push(
+        new window.Chart(canvas, {
+          type: "bar",
+          data: { labels, datasets: [{ label: "executions", data: values, backgroundColor: "#2f6f9f", borderRadius: 3, maxBarThickness: 36 }] },
+          options: {
+            indexAxis: kind === "h" ? "y" : "x",
+            responsive: true,
+            maintainAspectRatio: false,
+            animation: false,
+            plugins: { legend: { display: false } },
+            scales: { [kind === "h" ? "x" : "y"]: { beginAtZero: true, ticks: { precision: 0 } } },
+          },
+        }),
+      );
+    }
+    return section;
+  };
+  const top = (records, label, n = 10) => records.slice(0, n).map((r) => [label(r), r.executions]);
+  const flows = top(byFlow.data, (r) => r.flowName || r.flow || r._id);
+  const users = top(byUser.data, (r) => r.username || r._id);
+  const comps = top(byComponent.data, (r) => r.component || r._id || "(none)");
+  const dayValues = perDay.map((r) => r.metadata.totalExecutions);
+  put(body, 
+    h("p", { class: "total", "aria-live": "polite" }, h("strong", { id: "counts-total" }, String(total)), ` executions from ${state.start} to ${state.end} (UTC days)`),
+    h(
+      "div",
+      { class: "charts" },
+      chartBox("Executions per day", days.map((d) => d.slice(5)), dayValues, "v", ["Day", "Executions"], days.map((d, i) => h("tr", {}, h("td", {}, d), h("td", {}, dayValues[i])))),
+      chartBox("Top flows", flows.map((r) => r[0]), flows.map((r) => r[1]), "h", ["Flow", "Executions"], byFlow.data.map((r) => h("tr", {}, h("td", {}, h("a", { href: `#/flows/${r._id}` }, r.flowName || r._id)), h("td", {}, r.executions)))),
+      chartBox("Per user", users.map((r) => r[0]), users.map((r) => r[1]), "h", ["User", "Executions"], byUser.data.map((r) => h("tr", {}, h("td", {}, r.username || r._id), h("td", {}, r.executions)))),
+      chartBox("Steps per component", comps.map((r) => r[0]), comps.map((r) => r[1]), "h", ["Component", "Steps run"], byComponent.data.map((r) => h("tr", {}, h("td", {}, r.component || r._id), h("td", {}, r.executions)))),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------- templates
+
+async function viewTemplates(_m, query) {
+  setTitle("Templates");
+  const state = { search: query.get("search") || "", tags: query.get("tags") || "", page: Number(query.get("page") || 1) };
+  const search = h("input", { type: "search", value: state.search, placeholder: "Name or description" });
+  const tags = h("input", { type: "text", value: state.tags, placeholder: "comma,separated" });
+  const apply = (page) => navigate("/templates", { search: search.value, tags: tags.value.trim(), page: page > 1 ? page : "" });
+  const body = h("div", {});
+  put(main, 
+    h("h1", {}, "Templates"),
+    h("form", { class: "filters", role: "search", onsubmit: (e) => { e.preventDefault(); apply(1); } }, field("Search", search), field("Tags", tags, "Templates with any of these tags, and untagged ones."), h("button", { type: "submit" }, "Search")),
+    body,
+  );
+  const res = await api("GET", `/templates${qs({ search: state.search, tags: state.tags, "page[size]": 24, "page[number]": state.page, sort: "name" })}`);
+  if (!res.data.length) {
+    put(body, emptyState(state.search || state.tags ? "No template matches. Clear the search." : "No templates yet. An administrator imports them with flowyard templates import FILE.json."));
+    return;
+  }
+  const canCreate = hasPermission("tenant.flows.create");
+  put(body, 
+    h(
+      "ul",
+      { class: "gallery" },
+      res.data.map((t) => {
+        const out = h("div", { "aria-live": "polite" });
+        return h(
+          "li",
+          { class: "card template" },
+          h("h2", {}, t.name),
+          h("p", { class: "muted" }, t.description || "No description."),
+          h("p", { class: "tags" }, t.tags.map((tag) => h("span", { class: "tag" }, tag)), h("span", { class: "muted" }, ` ${t.graph.nodes.length} nodes · ${t.cron ? `cron ${t.cron}` : "webhook"}`)),
+          out,
+          canCreate
+            ? h(
+                "button",
+                {
+                  type: "button",
+                  "aria-label": `Create a flow from ${t.name}`,
+                  onclick: async () => {
+                    try {
+                      const created = await api("POST", `/templates/${t.id}/flows`, {});
+                      toast("Flow created from the template.");
+                      navigate(`/flows/${created.data.id}`);
+                    } catch (err) {
+                      put(out, errorBox(err));
+                    }
+                  },
+                },
+                "Create flow",
+              )
+            : null,
+        );
+      }),
+    ),
+    pager(res.meta, apply),
+  );
+}
+
+// ---------------------------------------------------------------- administration
+
+const ADMIN_TABS = [
+  ["tokens", "API tokens"],
+  ["users", "Users"],
+  ["tenants", "Tenants"],
+  ["roles", "Roles"],
+];
+
+async function viewAdmin(tab) {
+  setTitle("Administration");
+  const tabs = h(
+    "nav",
+    { class: "tabs", "aria-label": "Administration" },
+    ADMIN_TABS.map(([key, label]) => h("a", { href: `#/admin/${key}`, "aria-current": key === tab ? "page" : null }, label)),
+  );
+  const body = h("div", {});
+  put(main, h("h1", {}, "Administration"), tabs, body);
+  const views = { tokens: adminTokens, users: adminUsers, tenants: adminTenants, roles: adminRoles };
+  try {
+    await views[tab](body);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 403) put(body, errorBox({ message: "You lack the permission for this page; ask an administrator." }));
+    else throw err;
+  }
+}
+
+function createForm(title, controls, submitLabel, onSubmit) {
+  const out = h("div", { "aria-live": "polite" });
+  const form = h(
+    "form",
+    {
+      class: "card",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        put(out, );
+        try {
+          await onSubmit(out);
+          form.reset();
+        } catch (err) {
+          put(out, errorBox(err));
+        }
+      },
+    },
+    h("h2", {}, title),
+    h("div", { class: "form-grid" }, controls),
+    out,
+    h("button", { type: "submit" }, submitLabel),
+  );
+  return form;
+}
+
+async function adminTokens(body) {
+  const description = h("input", { type: "text", maxlength: 500 });
+  const expires = h("input", { type: "datetime-local" });
+  const shown = h("div", {});
+  const list = h("div", {});
+  const load = async () => {
+    const res = await api("GET", `/tokens${qs({ "page[size]": 100 })}`);
+    put(list, 
+      table(
+        "Your tokens",
+        ["Description", "Kind", "Created", "Expires", "Last used", ""],
+        res.data.map((t) =>
+          h(
+            "tr",
+            {},
+            h("td", {}, t.description || "—"),
+            h("td", {}, t.kind),
+            h("td", {}, fmtTime(t.createdAt)),
+            h("td", {}, fmtTime(t.expiresAt)),
+            h("td", {}, fmtTime(t.lastUsedAt)),
+            h("td", {}, t.kind === "api" ? h("button", { type: "button", class: "danger small", "aria-label": `Revoke token ${t.description || t.id}`, onclick: async () => { if (!confirm("Revoke this token?")) return; await api("DELETE", `/tokens/${t.id}`); await load(); } }, "Revoke") : null),
+          ),
+        ),
+      ),
+    );
+  };
+  put(body, 
+    createForm("Create an API token", [field("Description", description), field("Expires (UTC, optional)", expires)], "Create token", async () => {
+      const res = await api("POST", "/tokens", { description: description.value || null, expiresAt: expires.value ? `${expires.value}:00Z` : null });
+      const text = res.data.token;
+      put(shown, 
+        h(
+          "div",
+          { class: "card token-once", role: "alert" },
+          h("h2", {}, "Your new token"),
+          h("p", {}, "Copy it now: it is shown only this once and cannot be read again."),
+          h("div", { class: "copy-row" }, h("code", { class: "copy-text", id: "new-token" }, text), copyButton(text, "Copy token")),
+          h("button", { type: "button", class: "secondary small", onclick: () => put(shown, ) }, "I have copied it"),
+        ),
+      );
+      await load();
+    }),
+    shown,
+    h("h2", {}, "Your tokens"),
+    list,
+  );
+  await load();
+}
+
+async function adminUsers(body) {
+  const list = h("div", {});
+  const load = async () => {
+    const res = await api("GET", `/api/users${qs({ meta: "true", "page[size]": 100 })}`);
+    put(list, 
+      table(
+        "Users",
+        ["User", "Name", "Status", "Tenant", "Permissions", "Roles"],
+        res.data.map((u) => h("tr", {}, h("td", {}, u.username), h("td", {}, `${u.firstname} ${u.lastname}`.trim() || "—"), h("td", {}, u.status), h("td", { class: "mono" }, u.tenant || "—"), h("td", {}, u.permissions.join(", ") || "—"), h("td", {}, u.roles.map((r) => r.name).join(", ") || "—"))),
+      ),
+    );
+  };
+  const username = h("input", { type: "email", required: true });
+  const password = h("input", { type: "password", required: true, minlength: 8, autocomplete: "new-password" });
+  const tenant = h("input", { type: "text", class: "mono", placeholder: "tenant id (optional)" });
+  const permissions = h("input", { type: "text", placeholder: "tenant.flows.read, tenant.flows.create" });
+  put(body, 
+    hasPermission("iam.account.create")
+      ? createForm("Create a user", [field("E-mail", username), field("Password (8+ characters)", password), field("Tenant", tenant), field("Permissions", permissions, "Comma-separated.")], "Create user", async () => {
+          await api("POST", "/api/users", { username: username.value, password: password.value, tenant: tenant.value.trim() || null, permissions: permissions.value.split(",").map((p) => p.trim()).filter(Boolean) });
+          toast("User created.");
+          await load();
+        })
+      : null,
+    h("h2", {}, "Users"),
+    list,
+  );
+  await load();
+}
+
+async function adminTenants(body) {
+  const list = h("div", {});
+  const load = async () => {
+    const res = await api("GET", `/tenants${qs({ "page[size]": 100 })}`);
+    put(list, res.data.length ? table("Tenants", ["Name", "Id", "Created"], res.data.map((t) => h("tr", {}, h("td", {}, t.name), h("td", { class: "mono" }, t.id), h("td", {}, fmtTime(t.createdAt))))) : emptyState("No tenants yet."));
+  };
+  const name = h("input", { type: "text", required: true, maxlength: 200 });
+  put(body, 
+    hasPermission("iam.tenant.create")
+      ? createForm("Create a tenant", [field("Name", name)], "Create tenant", async () => {
+          await api("POST", "/tenants", { name: name.value });
+          toast("Tenant created.");
+          await load();
+        })
+      : null,
+    h("h2", {}, "Tenants"),
+    list,
+  );
+  await load();
+}
+
+async function adminRoles(body) {
+  const list = h("div", {});
+  const load = async () => {
+    const res = await api("GET", `/roles${qs({ "page[size]": 100 })}`);
+    put(list, res.data.length ? table("Roles", ["Name", "Permissions", "Scope", "Description"], res.data.map((r) => h("tr", {}, h("td", {}, r.name), h("td", {}, r.permissions.join(", ") || "—"), h("td", { class: "mono" }, r.scope || "global"), h("td", {}, r.description || "—")))) : emptyState("No roles yet."));
+  };
+  const name = h("input", { type: "text", required: true, maxlength: 200 });
+  const permissions = h("input", { type: "text", placeholder: "tenant.flows.read, tenant.flows.update" });
+  const scope = h("input", { type: "text", class: "mono", placeholder: "tenant id; empty: global" });
+  put(body, 
+    createForm("Create a role", [field("Name", name), field("Permissions", permissions, "Comma-separated."), field("Scope", scope)], "Create role", async () => {
+      await api("POST", "/roles", { name: name.value, permissions: permissions.value.split(",").map((p) => p.trim()).filter(Boolean), scope: scope.value.trim() || null });
+      toast("Role created.");
+      await load();
+    }),
+    h("h2", {}, "Roles"),
+    list,
+  );
+  await load();
+}
+
+// ---------------------------------------------------------------- start
+
+window.addEventListener("hashchange", () => {
+  route().then(() => main.focus({ preventScroll: true }));
+});
+route();

@@ -1,0 +1,175 @@
+"""`flowyard check` against the real SQLite file and PostgreSQL: a healthy database, a pending
+migration, a revision from a newer flowyard, stuck leases, an unreachable or missing database;
+and the command's exit status and --json output as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from flowyard.clock import utcnow
+from flowyard.config import Settings
+from flowyard.db import migrate
+from flowyard.db.session import Database
+from flowyard.executions.models import Execution
+from flowyard.ids import new_id
+from flowyard.ops.check import Report, check
+from tests.cli.test_cli import run
+from tests.engine.test_processes import _free_port
+from tests.migrations.test_migrations import empty_url  # noqa: F401 - fixture
+
+
+def _by_name(report: Report) -> dict[str, dict[str, object]]:
+    return report.as_dict()["checks"]  # type: ignore[no-any-return]
+
+
+async def _add(db: Database, status: str, *, lease_expires_in: float | None = None, age: float = 0) -> str:
+    now = utcnow()
+    eid = new_id()
+    async with db.write() as session:
+        session.add(
+            Execution(
+                id=eid,
+                flow_id=new_id(),
+                flow_version=1,
+                trigger="webhook",
+                status=status,
+                created_at=now - timedelta(seconds=age),
+                attempts=1 if status == "running" else 0,
+                lease_owner="w1" if status == "running" else None,
+                lease_expires_at=now + timedelta(seconds=lease_expires_in)
+                if lease_expires_in is not None
+                else None,
+            )
+        )
+    return eid
+
+
+async def test_healthy_database_with_queue_and_stuck_leases(db: Database, tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, database_url=db.url.render_as_string(hide_password=False))
+    report = await check(settings)
+    assert report.ok, report.as_dict()
+    checks = _by_name(report)
+    assert list(checks) == ["database", "schema", "integrity", "queue", "leases"]
+    assert checks["schema"]["revision"] == migrate.script_head() and checks["schema"]["pending"] == []
+    assert checks["queue"]["queued"] == 0 and checks["queue"]["running"] == 0
+    assert checks["integrity"]["ok"] is True
+
+    await _add(db, "queued", age=120)
+    await _add(db, "queued")
+    await _add(db, "running", lease_expires_in=20)  # held by a live worker
+    await _add(db, "running", lease_expires_in=-5)  # expired a moment ago: the reaper's to take
+    await _add(db, "succeeded")
+    report = await check(settings)
+    checks = _by_name(report)
+    assert report.ok, report.as_dict()
+    assert (checks["queue"]["queued"], checks["queue"]["running"]) == (2, 2)
+    assert 119 <= checks["queue"]["oldestQueuedAgeSeconds"] < 600  # type: ignore[operator]
+    assert checks["leases"]["stuck"] == 0
+
+    # Expired for longer than a lease: no engine reaps this database.
+    await _add(db, "running", lease_expires_in=-(settings.lease_seconds + 10))
+    report = await check(settings)
+    checks = _by_name(report)
+    assert not report.ok
+    assert [n for n, c in checks.items() if not c["ok"]] == ["leases"]
+    assert checks["leases"]["stuck"] == 1
+    # A tighter threshold counts the recent one too.
+    assert _by_name(await check(settings, stuck_after=1))["leases"]["stuck"] == 2
+
+
+def test_pending_and_unknown_revisions(empty_url: str, tmp_path: Path) -> None:  # noqa: F811
+    settings = Settings(data_dir=tmp_path, database_url=empty_url)
+    migrate.upgrade(empty_url, "0007")
+    report = asyncio.run(check(settings))
+    checks = _by_name(report)
+    assert not report.ok and [n for n, c in checks.items() if not c["ok"]] == ["schema"]
+    assert checks["schema"]["revision"] == "0007"
+    assert checks["schema"]["pending"] == migrate.pending_revisions("0007")
+    assert checks["schema"]["pending"][-1] == migrate.script_head()
+    assert "flowyard migrate" in str(checks["schema"]["summary"])
+
+    migrate.upgrade(empty_url)
+    assert asyncio.run(check(settings)).ok
+
+    async def newer() -> None:
+        db = Database(empty_url)
+        try:
+            async with db.write() as session:
+                await session.execute(sa.text("UPDATE alembic_version SET version_num = 'ffff_future'"))
+        finally:
+            await db.dispose()
+
+    asyncio.run(newer())
+    checks = _by_name(asyncio.run(check(settings)))
+    assert checks["schema"]["ok"] is False and checks["schema"]["pending"] is None
+    assert "unknown" in str(checks["schema"]["summary"])
+
+
+def test_integrity_failure_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "flowyard.db"
+    migrate.upgrade(f"sqlite+aiosqlite:///{path}")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    # An index that no longer matches its table: what integrity_check exists to find.
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute("INSERT INTO tenants (id, name, created_at, updated_at) VALUES ('t1', 'x', 'a', 'b')")
+    conn.commit()
+    conn.close()
+    raw = bytearray(path.read_bytes())
+    # Turn the row's name in the table b-tree into another value; the index keeps the old one.
+    at = raw.rfind(b"t1x")
+    assert at > 0
+    raw[at + 2 : at + 3] = b"y"
+    path.write_bytes(bytes(raw))
+    report = asyncio.run(check(Settings(data_dir=tmp_path, database_url=f"sqlite+aiosqlite:///{path}")))
+    checks = _by_name(report)
+    assert not report.ok and checks["integrity"]["ok"] is False, checks
+    assert checks["integrity"]["messages"] != ["ok"]
+
+
+def test_missing_or_unreachable_database(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing" / "flowyard.db"
+    report = asyncio.run(check(Settings(data_dir=missing.parent)))
+    assert not report.ok and list(_by_name(report)) == ["database"]
+    assert not missing.exists()  # looking did not create it
+
+    port = _free_port()  # nobody listens there: refused at once, on loopback
+    url = f"postgresql+asyncpg://flowyard:hunter2-not-shown@127.0.0.1:{port}/flowyard"
+    report = asyncio.run(check(Settings(data_dir=tmp_path, database_url=url)))
+    checks = _by_name(report)
+    assert not report.ok and checks["database"]["ok"] is False and list(checks) == ["database"]
+    assert "hunter2" not in json.dumps(report.as_dict())
+
+
+@pytest.mark.slow
+def test_check_command_exit_status_and_json(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWYARD_")}
+    env["FLOWYARD_DATA_DIR"] = str(tmp_path)
+    missing = run("check", env=env, ok=False)  # no database yet
+    assert missing.returncode == 1
+    assert "FAIL  database" in missing.stdout and "some checks failed" in missing.stdout
+    run("migrate", env=env)
+    out = run("check", "--json", env=env)
+    body = json.loads(out.stdout)
+    assert body["ok"] is True and body["checks"]["schema"]["revision"] == migrate.script_head()
+    conn = sqlite3.connect(tmp_path / "flowyard.db")
+    conn.execute(
+        "INSERT INTO executions (id, flow_id, flow_version, trigger, status, created_at, attempts, "
+        "lease_owner, lease_expires_at) VALUES (?, ?, 1, 'cron', 'running', '2026-01-01 00:00:00.000000', "
+        "1, 'gone', '2026-01-01 00:00:30.000000')",
+        (new_id(), new_id()),
+    )
+    conn.commit()
+    conn.close()
+    failed = run("check", "--json", env=env, ok=False)
+    assert failed.returncode == 1
+    body = json.loads(failed.stdout)
+    assert body["ok"] is False and body["checks"]["leases"]["stuck"] == 1
