@@ -124,7 +124,10 @@ class Settings(BaseSettings):
     # -- engine --------------------------------------------------------------
     worker_concurrency: int = Field(64, ge=1, description="Executions one worker runs at once.")
     lease_seconds: float = Field(
-        30.0, gt=0, description="How long a claimed execution stays owned without renewal."
+        30.0,
+        gt=0,
+        description="How long a claimed execution stays owned without renewal; also the event-trigger "
+        "lease of a flow.",
     )
     poll_interval: float = Field(
         2.0,

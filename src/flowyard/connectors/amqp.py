@@ -9,10 +9,15 @@ and one confirming channel per credential and runner process, closed when unused
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, cast
 from urllib.parse import quote, unquote
 
 import aiormq
+import orjson
 from aiormq.abc import AbstractChannel, AbstractConnection
 from pamqp import commands as spec
 from pydantic import Field, field_validator
@@ -28,9 +33,12 @@ from flowyard.connectors.common import (
     tls_context,
     vet_host,
 )
-from flowyard.engine.builtins import ComponentError, _Fields, _render_url
+from flowyard.engine.builtins import ComponentError, _Fields, _render_url, passthrough
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
+from flowyard.engine.triggers import Event, TriggerContext
+
+log = logging.getLogger(__name__)
 
 _SCHEMES = {"amqp": 5672, "amqps": 5671}
 
@@ -50,6 +58,15 @@ class AmqpPublishFields(_Fields):
     persistent: bool = Field(True, description="delivery_mode 2: the broker writes it to disk.")
     mandatory: bool = Field(True, description="Fail the step when no queue is bound to take the message.")
     timeout: float = Field(30.0, gt=0, le=300, description="Connect and confirm timeout, seconds.")
+    queue: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="consume (trigger): the queue to consume (it must exist).",
+    )
+    prefetch: int = Field(
+        10, ge=1, le=1000, description="consume: unacknowledged deliveries the broker sends ahead."
+    )
 
     _body = field_validator("body")(check_mapper)
     _id = field_validator("messageId")(check_expression)
@@ -154,14 +171,88 @@ async def publish(message: Message, ctx: StepContext) -> Message:
     return {"data": data, "metadata": meta}
 
 
+def decode_body(body: bytes) -> Any:
+    """A broker payload as execution input: JSON when it parses, else UTF-8 text."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", errors="replace")
+
+
+async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
+    """The ``consume`` trigger: manual acknowledgements, at most ``prefetch`` unacknowledged
+    deliveries; closing the iterator cancels the consumer and closes the connection (the broker
+    requeues what was not acknowledged)."""
+    f: AmqpPublishFields = ctx.fields
+    if not f.queue:
+        raise ComponentError("amqp consume: the 'queue' field is required")
+    cap = ctx.settings.connector_max_result_bytes
+    link = await _connect(ctx.credentials or {}, cast(StepContext, ctx), f.timeout)
+    connection = link.connection
+    try:
+        channel = await connection.channel()
+        await channel.basic_qos(prefetch_count=f.prefetch)
+        inbox: asyncio.Queue[aiormq.abc.DeliveredMessage] = asyncio.Queue()
+
+        async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
+            inbox.put_nowait(message)
+
+        consumer_tag = f"flowyard-{ctx.flow_id}"
+        try:
+            await channel.basic_consume(f.queue, deliver, no_ack=False, consumer_tag=consumer_tag)
+        except aiormq.exceptions.ChannelClosed as exc:
+            raise ComponentError(f"amqp: cannot consume from {f.queue!r}: {_error(exc)}") from None
+        await ctx.subscribed()
+        while True:
+            get = asyncio.ensure_future(inbox.get())
+            while not get.done():
+                await asyncio.wait(
+                    {get, channel.closing, connection.closing}, timeout=2, return_when=asyncio.FIRST_COMPLETED
+                )
+                if get.done():
+                    break
+                if channel.is_closed or connection.is_closed:
+                    get.cancel()
+                    raise ComponentError("amqp: the broker closed the consumer's channel")
+                # The broker cancels a consumer whose queue was deleted (basic.cancel): aiormq drops it.
+                if consumer_tag not in getattr(channel, "consumers", {consumer_tag: None}):
+                    get.cancel()
+                    raise ComponentError(f"amqp: the broker cancelled the consumer of {f.queue!r}")
+            message = get.result()
+            delivery = message.delivery
+            assert isinstance(delivery, spec.Basic.Deliver)
+            tag = delivery.delivery_tag or 0
+            body = message.body
+            if len(body) > cap:
+                # Too big to become an execution input: the broker dead-letters it if configured.
+                log.error("flow %s: amqp message of %d bytes rejected (over %d)", ctx.flow_id, len(body), cap)
+                await channel.basic_reject(tag, requeue=False)
+                continue
+            message_id = message.header.properties.message_id or (
+                "sha256:"
+                + hashlib.sha256(orjson.dumps([delivery.exchange, delivery.routing_key]) + body).hexdigest()
+            )
+
+            async def ack(tag: int = tag) -> None:
+                await channel.basic_ack(tag)
+
+            yield Event(id=message_id, data=decode_body(body), ack=ack)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(connection.close(), 5)
+
+
 COMPONENT = Component(
     id="amqp",
     description="RabbitMQ (AMQP 0-9-1): publish persistent messages with publisher confirms. "
     "Credentials: {url} (amqp://user:pw@host:5672/vhost or amqps://...), optional {password}, {ca} (PEM).",
-    functions={"publish": publish},
+    functions={"publish": publish, "consume": passthrough},
     default_function="publish",
     fields=AmqpPublishFields,
+    events={"consume": consume_events},
     function_descriptions={
+        "consume": "Trigger: one execution per message of `queue` (input: the JSON body, else its text); "
+        "acknowledged once the execution is stored; the message-id is the idempotency key.",
         "publish": "Publish the body to an exchange; succeeds once the broker confirmed it; passes the "
         "message on with metadata.amqp.",
     },

@@ -10,13 +10,16 @@ unused.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import aiomqtt
 from pydantic import Field, field_validator
 
+from flowyard.connectors.amqp import decode_body
 from flowyard.connectors.common import (
     Pools,
     as_bytes,
@@ -27,15 +30,24 @@ from flowyard.connectors.common import (
     tls_context,
     vet_host,
 )
-from flowyard.engine.builtins import ComponentError, _Fields, _render_url
+from flowyard.engine.builtins import ComponentError, _Fields, _render_url, passthrough
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
+from flowyard.engine.triggers import Event, TriggerContext
 
 _SCHEMES = {"mqtt": 1883, "mqtts": 8883}
 
 
 class MqttPublishFields(_Fields):
-    topic: str = Field(min_length=1, max_length=1024, description="Topic; may hold {{ JSONata }}.")
+    topic: str | None = Field(
+        None, min_length=1, max_length=1024, description="publish: the topic; may hold {{ JSONata }}."
+    )
+    filter: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description="subscribe (trigger): the topic filter (+ and # allowed), subscribed with QoS 1.",
+    )
     payload: Any = Field(None, description="Mapper (JSONata leaves) for the payload; default: the data.")
     qos: Literal[0, 1] = Field(1, description="0: at most once; 1: the broker acknowledged it (PUBACK).")
     retain: bool = False
@@ -45,8 +57,8 @@ class MqttPublishFields(_Fields):
 
     @field_validator("topic")
     @classmethod
-    def _topic(cls, value: str) -> str:
-        if "{{" not in value and ("+" in value or "#" in value):
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and "{{" not in value and ("+" in value or "#" in value):
             raise ValueError("a publish topic may not contain the wildcards + or #")
         return value
 
@@ -96,6 +108,8 @@ _CLEANUPS: set[asyncio.Task[None]] = set()
 async def publish(message: Message, ctx: StepContext) -> Message:
     f: MqttPublishFields = ctx.fields
     data = message["data"]
+    if f.topic is None:
+        raise ComponentError("mqtt publish: the 'topic' field is required")
     topic = _render_url(f.topic, data) if "{{" in f.topic else f.topic
     if not topic or "+" in topic or "#" in topic:
         raise ComponentError(f"mqtt: {topic!r} is not a topic to publish to")
@@ -119,14 +133,69 @@ async def publish(message: Message, ctx: StepContext) -> Message:
     return {"data": data, "metadata": {**message["metadata"], "mqtt": {"topic": topic, "qos": f.qos}}}
 
 
+async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
+    """The ``subscribe`` trigger: a persistent session (clean_session false, client id
+    ``flowyard-<flow id>`` whichever process holds the lease), QoS 1, PUBACK sent only after the
+    execution is stored (paho's manual acknowledgements), so the broker redelivers what was not
+    acknowledged when the consumer died, and queues messages while the flow is stopped."""
+    f: MqttPublishFields = ctx.fields
+    if not f.filter:
+        raise ComponentError("mqtt subscribe: the 'filter' field is required")
+    ep = credential_url(ctx.credentials, "mqtt", _SCHEMES)
+    address = await vet_host(ctx.settings, ep.host, ep.port, within=f.timeout)
+    client = aiomqtt.Client(
+        hostname=ep.host,
+        port=ep.port,
+        username=ep.username,
+        password=ep.password,
+        identifier=f"flowyard-{ctx.flow_id}",
+        clean_session=False,
+        tls_context=tls_context(ctx.credentials) if ep.scheme == "mqtts" else None,
+        timeout=f.timeout,
+        keepalive=30,
+    )
+    paho = client._client
+
+    def vetted_socket() -> socket.socket:
+        return socket.create_connection((address, ep.port), timeout=f.timeout)
+
+    paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
+    paho.manual_ack_set(True)
+    try:
+        async with client:
+            await client.subscribe(f.filter, qos=1, timeout=f.timeout)
+            await ctx.subscribed()
+            async for message in client.messages:
+                payload = message.payload
+                raw = payload if isinstance(payload, bytes) else str(payload).encode()
+                topic = message.topic.value
+                # MQTT has no message id: the packet id (mid) is reused within a session and
+                # across sessions. A redelivery keeps its topic, mid and payload, so their digest
+                # names it; a new message equal in all three within the idempotency window (24 h)
+                # is taken for a redelivery (documented in docs/components.md).
+                digest = hashlib.sha256(f"{topic}\0{message.mid}\0".encode() + raw).hexdigest()
+                qos = message.qos
+
+                async def ack(mid: int = message.mid, qos: int = qos) -> None:
+                    if qos > 0:
+                        paho.ack(mid, qos)
+
+                yield Event(id=f"sha256:{digest}", data=decode_body(raw), ack=ack)
+    except aiomqtt.MqttError as exc:
+        raise ComponentError(f"mqtt: {type(exc).__name__}: {exc}") from None
+
+
 COMPONENT = Component(
     id="mqtt",
     description="MQTT: publish with QoS 0/1. Credentials: {url} (mqtt://user:pw@host:1883 or mqtts://...), "
     "optional {password}, {ca} (PEM).",
-    functions={"publish": publish},
+    functions={"publish": publish, "subscribe": passthrough},
     default_function="publish",
     fields=MqttPublishFields,
+    events={"subscribe": subscribe_events},
     function_descriptions={
+        "subscribe": "Trigger: one execution per message on `filter` (input: the JSON payload, else its "
+        "text); acknowledged (PUBACK) once the execution is stored.",
         "publish": "Publish the payload to a topic (QoS 1: once the broker acknowledged); passes the "
         "message on with metadata.mqtt.",
     },

@@ -9,8 +9,9 @@ unused.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
@@ -28,9 +29,10 @@ from flowyard.connectors.common import (
     size_text,
     vet_host,
 )
-from flowyard.engine.builtins import ComponentError, _Fields, _render_url
+from flowyard.engine.builtins import ComponentError, _Fields, _render_url, passthrough
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
+from flowyard.engine.triggers import Event, TriggerContext
 
 _SCHEMES = {"redis": 6379, "rediss": 6380}
 
@@ -51,6 +53,14 @@ class RedisFields(_Fields):
     parseJson: bool = Field(True, description="get: decode a JSON value (other values stay strings).")
     maxLen: int | None = Field(None, ge=1, description="xadd: trim the stream to about this many entries.")
     timeout: float = Field(10.0, gt=0, le=300, description="Connect and command timeout, seconds.")
+    group: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="xread (trigger): the consumer group (created at the stream's end if missing); "
+        "default flowyard-<flow id>.",
+    )
+    count: int = Field(10, ge=1, le=1000, description="xread: entries read per call.")
 
     _value = field_validator("value")(check_mapper)
 
@@ -182,14 +192,93 @@ async def redis_xadd(message: Message, ctx: StepContext) -> Message:
     return await _call(message, ctx, "xadd")
 
 
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """A stream entry as execution input: each field's value parsed as JSON when it parses (what
+    ``xadd`` stores for non-strings), else kept as text."""
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        try:
+            out[_text(k)] = orjson.loads(v)
+        except orjson.JSONDecodeError:
+            out[_text(k)] = _text(v)
+    return out
+
+
+async def xread_events(ctx: TriggerContext) -> AsyncIterator[Event]:
+    """The ``xread`` trigger: XREADGROUP as consumer ``flowyard-<flow id>`` (the same name in
+    whichever process holds the flow's lease), so entries a dead holder read but never
+    acknowledged are its pending entries, re-read first (id 0) by the next holder; XACK
+    after the execution is stored. Closing deletes the consumer when nothing is pending."""
+    f: RedisFields = ctx.fields
+    stream = f.key
+    group = f.group or f"flowyard-{ctx.flow_id}"
+    consumer = f"flowyard-{ctx.flow_id}"
+    block_ms = int(min(5.0, f.timeout / 2) * 1000)
+    client = await _connect(ctx.credentials or {}, cast(StepContext, ctx), f.timeout)
+    try:
+        try:
+            await client.xgroup_create(stream, group, id="$", mkstream=True)
+        except redis_errors.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise ComponentError(f"redis: {exc}") from None
+        await ctx.subscribed()
+        backlog = "0"  # own pending entries first, then new ones
+        while True:
+            if backlog:
+                reply = await client.xreadgroup(group, consumer, {stream: backlog}, count=f.count)
+            else:
+                reply = await client.xreadgroup(group, consumer, {stream: ">"}, count=f.count, block=block_ms)
+            entries = reply[0][1] if reply else []
+            if backlog:
+                if not entries:
+                    backlog = ""
+                    continue
+                backlog = _text(entries[-1][0])
+            for raw_id, fields in entries:
+                entry_id = _text(raw_id)
+                if not fields:  # deleted from the stream while pending: nothing to run
+                    await client.xack(stream, group, entry_id)
+                    continue
+
+                async def ack(entry_id: str = entry_id) -> None:
+                    await client.xack(stream, group, entry_id)
+
+                yield Event(id=f"{stream}:{entry_id}", data=decode_entry(fields), ack=ack)
+    except (redis_errors.RedisError, OSError) as exc:
+        raise ComponentError(f"redis: {type(exc).__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                pending = await client.xpending_range(
+                    stream, group, min="-", max="+", count=1, consumername=consumer
+                )
+                if not pending:
+                    await client.xgroup_delconsumer(stream, group, consumer)
+        with contextlib.suppress(Exception):
+            await client.aclose(close_connection_pool=True)
+
+
 COMPONENT = Component(
     id="redis",
     description="Redis: get, set (with TTL), publish, xadd. Credentials: {url} "
     "(redis://user:pw@host:6379/0 or rediss://...), optional {password}, {ca} (PEM).",
-    functions={"get": redis_get, "set": redis_set, "publish": redis_publish, "xadd": redis_xadd},
+    functions={
+        "get": redis_get,
+        "set": redis_set,
+        "publish": redis_publish,
+        "xadd": redis_xadd,
+        "xread": passthrough,
+    },
     default_function="get",
     fields=RedisFields,
+    events={"xread": xread_events},
     function_descriptions={
+        "xread": "Trigger: one execution per entry of the stream `key`, read with a consumer group "
+        "(input: the entry's fields, JSON values parsed); XACK once the execution is stored.",
         "get": "Emit {key, value} (value null when the key does not exist).",
         "set": "Store the value (optional ttl); passes the message on with metadata.redis.",
         "publish": "Publish to a channel; passes the message on with metadata.redis.receivers.",

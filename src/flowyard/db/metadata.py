@@ -6,6 +6,7 @@ from typing import Any
 
 from flowyard.db.base import Base
 from flowyard.engine import heartbeat as _heartbeat  # noqa: F401
+from flowyard.engine import models as _engine  # noqa: F401
 from flowyard.executions import models as _executions  # noqa: F401
 from flowyard.flows import models as _flows  # noqa: F401
 from flowyard.iam import models as _iam  # noqa: F401

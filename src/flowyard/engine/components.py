@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from flowyard.engine.context import StepContext
+    from flowyard.engine.triggers import TriggerFunction
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,19 @@ class Component:
     # not interrupt them anyway, and arming one per call is a measurable cost.
     awaits: bool = True
     function_descriptions: Mapping[str, str] = field(default_factory=dict)
+    # Event triggers (engine/triggers.py): function name -> events(ctx) async iterator, driven by
+    # the engine while the flow is active. The same name in ``functions`` runs when the
+    # execution does (a pass-through of the event's data).
+    events: Mapping[str, TriggerFunction] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.default_function not in self.functions:
             raise ValueError(
                 f"component {self.id}: default function {self.default_function!r} is not defined"
             )
+        for name in self.events:
+            if name not in self.functions:
+                raise ValueError(f"component {self.id}: trigger {name!r} has no function of that name")
 
     def fields_schema(self) -> dict[str, Any]:
         if self.fields is None:

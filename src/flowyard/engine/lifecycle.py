@@ -13,9 +13,10 @@ import sqlalchemy as sa
 from flowyard import metrics
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import queue
+from flowyard.engine import queue, triggers
 from flowyard.engine.components import Registry
 from flowyard.engine.cron import CronError, next_after, validate_cron
+from flowyard.engine.models import TriggerLease
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
@@ -46,9 +47,9 @@ async def reconcile(
     for flow_id, status, changed_at in rows:
         try:
             if status == "starting":
-                moved += await _start(db, registry, box, flow_id)
+                moved += await _start(db, registry, box, flow_id, bound)
             else:
-                moved += await _stop(db, flow_id, min(stop_grace, bound))
+                moved += await _stop(db, flow_id, min(stop_grace, bound), bound)
         except Exception as exc:
             if utcnow() - changed_at < timedelta(seconds=bound):
                 log.exception("lifecycle move of flow %s failed; will retry", flow_id)
@@ -65,6 +66,7 @@ async def _force_inactive(db: Database, flow_id: str, status: str, reason: str) 
     async with db.write() as session:
         if status == "stopping":
             await queue.cancel_unfinished(session, flow_id, f"cancelled: {reason}")
+        await triggers.drop(session, flow_id)
         result = await session.execute(
             sa.update(Flow)
             .where(Flow.id == flow_id, Flow.status == status)
@@ -76,7 +78,7 @@ async def _force_inactive(db: Database, flow_id: str, status: str, reason: str) 
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str) -> int:
+async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str, bound: float) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
         if flow is None or flow.status != "starting":
@@ -102,8 +104,22 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str)
                 )
             if flow.cron:
                 next_run = next_after(validate_cron(flow.cron), now)
-        except (FlowNotRunnable, CronError) as exc:
+            event_trigger = triggers.trigger_node(flow.graph, registry)
+        except (FlowNotRunnable, CronError, triggers.TriggerProblem) as exc:
             message = f"Flow cannot run: {exc}"
+            event_trigger = None
+        if event_trigger is not None and not message:
+            # An event trigger: active only once a process holds the lease and is subscribed.
+            lease = await triggers.ensure(session, flow.id, flow.version)
+            if lease.subscribed_at is None or not triggers.alive(lease, now):
+                if now - flow.status_changed_at < timedelta(seconds=bound):
+                    return 0
+                message = (
+                    f"Flow cannot run: the {event_trigger.component.id} {event_trigger.function} trigger "
+                    f"did not subscribe within {bound:g} s: {lease.problem or 'no engine took it'}"
+                )
+        if message:
+            await triggers.drop(session, flow.id)
         values = (
             {"status": "inactive", "status_message": message, "next_run_at": None}
             if message
@@ -132,12 +148,18 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str)
     return moved
 
 
-async def _stop(db: Database, flow_id: str, stop_grace: float) -> int:
+async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
         if flow is None or flow.status != "stopping":
             return 0
         now = utcnow()
+        lease = await session.get(TriggerLease, flow_id)
+        if lease is not None:
+            # Its consumer unsubscribes and deletes the lease first (a dead holder's lease expires).
+            if triggers.alive(lease, now) and now - flow.status_changed_at < timedelta(seconds=bound):
+                return 0
+            await triggers.drop(session, flow_id)
         message = None
         if await queue.unfinished_count(session, flow_id):
             if now - flow.status_changed_at < timedelta(seconds=stop_grace):
@@ -167,3 +189,15 @@ async def _stop(db: Database, flow_id: str, stop_grace: float) -> int:
     if moved:
         metrics.lifecycle_move("inactive")
     return moved
+
+
+async def trigger_status(db: Database, flow_id: str, message: str | None) -> None:
+    """An event trigger's connection problem (or None once subscribed again) as the flow's
+    ``statusMessage``, while the flow is starting or active."""
+    async with db.write() as session:
+        await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == flow_id, Flow.status.in_(("starting", "active")))
+            .values(status_message=message[:2000] if message else None)
+            .execution_options(synchronize_session=False)
+        )

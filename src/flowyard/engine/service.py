@@ -17,6 +17,7 @@ from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import lifecycle, pruner, scheduler
 from flowyard.engine.components import Registry
+from flowyard.engine.consumers import TriggerConsumers
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import Notifier, open_notifier
 from flowyard.engine.worker import Worker
@@ -47,6 +48,15 @@ class EngineServices:
         self.notifier.subscribe(on_work=self.worker.wake)
         self._lifecycle_wake = asyncio.Event()
         self._scheduler_wake = asyncio.Event()
+        self.triggers = TriggerConsumers(
+            db,
+            settings,
+            registry,
+            box=box,
+            notifier=self.notifier,
+            on_work=self.worker.wake,
+            nudge_lifecycle=self.nudge_lifecycle,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._worker_task: asyncio.Task[None] | None = None
 
@@ -59,6 +69,9 @@ class EngineServices:
             asyncio.create_task(self._every("lifecycle", self._lifecycle_pass, 1.0, self._lifecycle_wake)),
             asyncio.create_task(self._scheduler_loop(), name="flowyard-scheduler"),
             asyncio.create_task(self._every("pruner", self._prune_pass, self.settings.prune_interval, None)),
+            asyncio.create_task(
+                self._every("triggers", self.triggers.run_pass, self.triggers.interval, self.triggers.wake)
+            ),
         ]
 
     async def stop(self, *, force: bool = False) -> None:
@@ -69,12 +82,15 @@ class EngineServices:
             task.cancel()
         self.worker.stop(force=force)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.triggers.close()
         if self._worker_task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._worker_task)
 
     def nudge_lifecycle(self) -> None:
         self._lifecycle_wake.set()
+        if hasattr(self, "triggers"):
+            self.triggers.wake.set()  # a flow that starts or stops: its consumer too
 
     def wake_worker(self) -> None:
         self.worker.wake()

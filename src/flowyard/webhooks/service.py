@@ -67,6 +67,8 @@ class WebhookRequest:
     idempotency_key: str | None
     signature: str | None
     future: asyncio.Future[Accepted] | None = field(repr=False, default=None)
+    # "webhook", or the component of an event trigger (engine/consumers.py): no signature then.
+    trigger: str = "webhook"
 
 
 def not_found(flow_id: str) -> NotFound:
@@ -308,7 +310,7 @@ async def accept_batch(
         if flow.cron:
             out[i] = Conflict(f"Flow {req.flow_id} runs on a schedule and takes no webhooks.")
             continue
-        if flow.webhook_secret:
+        if flow.webhook_secret and req.trigger == "webhook":
             problem = signature_problem(
                 flow.webhook_secret, req.raw, req.signature, now=clock, tolerance=limits.signature_tolerance
             )
@@ -357,7 +359,7 @@ async def accept_batch(
                 flow_name=flow.name,
                 tenant=flow.tenant,
                 owner_user=queue.owner_user_of(flow.owners),
-                trigger="webhook",
+                trigger=req.trigger,
                 input=req.payload,
                 created_at=now,
             )
