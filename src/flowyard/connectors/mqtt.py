@@ -33,7 +33,7 @@ from flowyard.connectors.common import (
 from flowyard.engine.builtins import ComponentError, _Fields, _render_url, passthrough
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
-from flowyard.engine.triggers import Event, TriggerContext
+from flowyard.engine.events import Event, TriggerContext
 
 _SCHEMES = {"mqtt": 1883, "mqtts": 8883}
 

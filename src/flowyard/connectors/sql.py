@@ -14,17 +14,12 @@ import asyncio
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import orjson
 from pydantic import Field, field_validator, model_validator
-from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
-from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from flowyard.config import Settings
 from flowyard.connectors.common import (
     Pools,
     check_mapper,
@@ -39,6 +34,12 @@ from flowyard.connectors.common import (
 from flowyard.engine.builtins import ComponentError, _Fields
 from flowyard.engine.components import Component, Message
 from flowyard.engine.context import StepContext
+
+if TYPE_CHECKING:  # SQLAlchemy's async engine is imported when a sql step first needs it, so
+    # runner processes of flows without a sql node do not carry it (about 20 MB each).
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from flowyard.config import Settings
 
 _SCHEMES = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mariadb": 3306}
 # Query parameters a credential URL may carry; anything else (host=, unix_socket=, ...)
@@ -79,6 +80,8 @@ class SqlFields(_Fields):
 
     @model_validator(mode="after")
     def _placeholders(self) -> SqlFields:
+        from sqlalchemy import text
+
         wanted = set(text(self.statement).compile().params)
         missing = sorted(wanted - set(self.params))
         if missing:
@@ -125,6 +128,9 @@ def _sqlite_path(raw_url: str, settings: Settings) -> Path:
 
 
 async def _make_engine(credentials: dict[str, Any], settings: Settings, seconds: float) -> AsyncEngine:
+    from sqlalchemy.engine import URL
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     raw = credentials.get("url") if credentials else None
     if isinstance(raw, str) and raw.lower().startswith("sqlite:"):
         path = _sqlite_path(raw, settings)
@@ -176,6 +182,8 @@ def _bind(value: Any) -> Any:
 
 async def _limit_statement_time(conn: AsyncConnection, seconds: float) -> None:
     """The server stops the statement itself (the client-side timeout is the backstop)."""
+    from sqlalchemy import text
+
     dialect = conn.dialect
     if dialect.name == "postgresql":
         # Transaction-local: safe behind PgBouncer in transaction mode.
@@ -199,6 +207,9 @@ def _db_error(exc: BaseException) -> str:
 
 
 async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import text
+
     f: SqlFields = ctx.fields
     data = message["data"]
     values = {name: _bind(render(expression, data)) for name, expression in f.params.items()}

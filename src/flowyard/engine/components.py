@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from flowyard.engine.context import StepContext
-    from flowyard.engine.triggers import TriggerFunction
+    from flowyard.engine.events import TriggerFunction
 
 log = logging.getLogger(__name__)
 

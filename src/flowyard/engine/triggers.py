@@ -18,7 +18,7 @@ a flow starts), ``take``/``renew``/``mark``/``release`` (the holder), ``drop``
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -27,33 +27,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.db.dialect import insert_ignore
+from flowyard.engine.events import Event, TriggerContext, TriggerFunction
 from flowyard.engine.models import TriggerLease
 
 if TYPE_CHECKING:
-    from flowyard.config import Settings
     from flowyard.engine.components import Component, Registry
 
+__all__ = ["Event", "TriggerContext", "TriggerFunction"]  # their home is engine/events.py
 
-@dataclass
-class Event:
-    """One broker message: ``id`` is the broker's message id (the idempotency key)."""
-
-    id: str
-    data: Any
-    ack: Callable[[], Awaitable[Any]]
-
-
-@dataclass
-class TriggerContext:
-    flow_id: str
-    node_id: str
-    fields: Any
-    credentials: dict[str, Any] | None
-    settings: Settings
-    subscribed: Callable[[], Awaitable[None]]
-
-
-TriggerFunction = Callable[[TriggerContext], AsyncIterator[Event]]
 
 _MAX_KEY = 255
 
