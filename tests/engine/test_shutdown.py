@@ -108,12 +108,15 @@ def _recorded_once(url: str, ids: list[str]) -> None:
 
 
 def _taken_over_within(url: str, ids: set[str], pid: int, within: float) -> None:
-    """Each of ``ids`` is held by another process or finished, within ``within`` seconds."""
-    deadline = time.monotonic() + within
+    """Each of ``ids`` is held by another process or finished, within ``within`` seconds
+    (the time it took is printed: docs/operations.md quotes it)."""
+    started = time.monotonic()
+    deadline = started + within
     while True:
         states = _states(url)
         left = {i for i in ids if states[i][0] == "queued" or f":{pid}:" in (states[i][1] or "")}
         if not left:
+            print(f"taken over {time.monotonic() - started:.2f} s after the kill or exit")
             return
         assert time.monotonic() < deadline, (
             f"still waiting for another process: {[(i, states[i]) for i in left]}"
