@@ -3,7 +3,6 @@ TLS on a self-signed certificate made here."""
 
 from __future__ import annotations
 
-import datetime as dt
 import email
 import ssl
 from collections.abc import Iterator
@@ -16,44 +15,13 @@ import httpx
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from flowyard.config import Settings
 from tests.connectors.conftest import REGISTRY, outputs, step, step_error
 from tests.engine.test_processes import _free_port
+from tests.tlsfixtures import self_signed
 
 USER, PASSWORD = "mailer", "s3cret-pw"
-
-
-def _certificate(directory: Path) -> tuple[Path, Path, str]:
-    """A self-signed certificate for the name 'localhost': (cert file, key file, PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
-    cert_file.write_bytes(pem)
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_file, key_file, pem.decode()
 
 
 class _Inbox:
@@ -79,7 +47,7 @@ class Smtp:
 
 @pytest.fixture
 def cert(tmp_path: Path) -> tuple[Path, Path, str]:
-    return _certificate(tmp_path)
+    return self_signed(tmp_path, "localhost")
 
 
 def _start(inbox: _Inbox, cert: tuple[Path, Path, str], *, mode: str) -> Controller:

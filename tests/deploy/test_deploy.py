@@ -8,8 +8,6 @@ with the reason when its tool is absent; in CI it fails."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import re
 import shlex
@@ -23,10 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from flowyard.cli import main
 from flowyard.config import Settings
@@ -34,6 +28,7 @@ from flowyard.webhooks.handler import MAX_WAIT
 from tests.conftest import IN_CI
 from tests.engine.test_processes import _free_port
 from tests.engine.test_serve_processes import Serve, _flow
+from tests.tlsfixtures import self_signed
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = {
@@ -180,39 +175,11 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
     assert "Unknown key" in proc.stderr
 
 
-def _self_signed(directory: Path) -> None:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flowyard.example.com")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("flowyard.example.com"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    (directory / "fullchain.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "privkey.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-
-
 def _nginx_conf(tmp: Path, ports: dict[str, int] | None = None) -> Path:
     """The example, with this test's certificate and log paths (and loopback ports when given),
     inside a minimal nginx.conf of its own."""
-    _self_signed(tmp)
+    host = "flowyard.example.com"
+    self_signed(tmp, host, ip="127.0.0.1", cert_name="fullchain.pem", key_name="privkey.pem")
     site = (DEPLOY / "nginx" / "flowyard.conf").read_text()
     site = site.replace("/etc/ssl/flowyard/", f"{tmp}/").replace("/var/log/nginx/", f"{tmp}/")
     if ports is not None:
