@@ -29,7 +29,8 @@ class TooDeep(ValueError):
 
     def __init__(self, limit: int = MAX_DEPTH) -> None:
         self.limit = limit
-        super().__init__(f"it nests deeper than {limit} levels of arrays and objects (the limit)")
+        # Completes a sentence: "The body nests deeper than 128 levels ..."
+        super().__init__(f"nests deeper than {limit} levels of arrays and objects (the limit)")
 
 
 def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -63,7 +64,12 @@ def loads(raw: bytes | bytearray | memoryview | str) -> Any:
     A body with at most ``MAX_DEPTH`` opening brackets (counting those inside strings too)
     cannot nest deeper: only bodies with more are walked.
     """
-    value = orjson.loads(raw)
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in exc.msg:  # orjson's own limit (1,024): deeper than ours too
+            raise TooDeep() from None
+        raise
     data = raw.encode() if isinstance(raw, str) else bytes(raw) if isinstance(raw, memoryview) else raw
     if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
         check_depth(value)
