@@ -56,3 +56,18 @@ def test_loads_stored_is_total_for_numbers_sqlite_kept() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         loads_stored("Inf")
     assert jsonvalue.dumps_stored({"a": [1, "\x00"]}) == '{"a":[1,"\\u0000"]}'
+
+
+def test_broker_payloads_deeper_than_the_limit_become_their_text() -> None:
+    from flowyard.connectors.amqp import decode_body
+    from flowyard.connectors.redis import decode_entry
+
+    assert decode_body(nested(MAX_DEPTH)) == orjson.loads(nested(MAX_DEPTH))
+    assert decode_body(nested(MAX_DEPTH + 1)) == nested(MAX_DEPTH + 1).decode()
+    assert decode_body(nested(2000)) == nested(2000).decode()
+    assert decode_body(b"42") == 42
+    assert decode_entry({b"a": b"[1]", b"b": nested(300), "c": b"x"}) == {
+        "a": [1],
+        "b": nested(300).decode(),
+        "c": "x",
+    }
