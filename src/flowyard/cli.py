@@ -221,13 +221,24 @@ def restore(path: Path) -> None:
     default=None,
     help="Seconds past its expiry after which a lease counts as stuck (default FLOWYARD_LEASE_SECONDS).",
 )
-def check(as_json: bool, quick: bool, stuck_after: float | None) -> None:
-    """Report schema revision, pending migrations, reachability, integrity, queue depth and
-    stuck leases; exit status 1 when something is wrong. Changes nothing."""
+@click.option(
+    "--quarantine",
+    is_flag=True,
+    help="Replace each JSON cell that cannot be read with a JSON string of its raw text, and fail "
+    "the queued or running executions whose input it was.",
+)
+def check(as_json: bool, quick: bool, stuck_after: float | None, quarantine: bool) -> None:
+    """Report schema revision, pending migrations, reachability, integrity, queue depth, stuck
+    leases and JSON cells that cannot be read; exit status 1 when something is wrong. Changes
+    nothing, but with --quarantine."""
     from flowyard.ops import check as ops_check
 
     settings = _settings()
-    report = _ops(lambda: asyncio.run(ops_check.check(settings, quick=quick, stuck_after=stuck_after)))
+    report = _ops(
+        lambda: asyncio.run(
+            ops_check.check(settings, quick=quick, stuck_after=stuck_after, quarantine=quarantine)
+        )
+    )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else ops_check.render(report))
     sys.exit(0 if report.ok else 1)
 

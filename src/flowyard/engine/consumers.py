@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import orjson
 import sqlalchemy as sa
 
+from flowyard import jsonvalue
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -225,6 +226,11 @@ class TriggerConsumers:
     async def _store(self, flow_id: str, component: str, event: triggers.Event) -> None:
         """Commit the event's execution (or find the one a redelivery made); retries until it is
         stored or the consumer is closed: an unstored event is never acknowledged."""
+        if jsonvalue.depth_exceeds(event.data):
+            # Never storable nor runnable: acknowledged without an execution, as a reused id is.
+            why = jsonvalue.TooDeep()
+            log.error("flow %s: %s message %s not stored: %s", flow_id, component, event.id, why)
+            return
         raw = orjson.dumps(event.data)
         request = WebhookRequest(
             flow_id=flow_id,

@@ -410,6 +410,27 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
     return ids
 
 
+async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str) -> list[str]:
+    """Fail those of ``ids`` that are still queued or running, with ``reason`` (an execution
+    that cannot run, such as one whose input cannot be read); returns the ones failed."""
+    if not ids:
+        return []
+    unfinished = Execution.status.in_(("queued", "running"))
+    found = list(
+        (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
+    )
+    if found:
+        await session.execute(
+            sa.update(Execution)
+            .where(Execution.id.in_(found), unfinished)
+            .values(
+                status="failed", error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None
+            )
+            .execution_options(synchronize_session=False)
+        )
+    return found
+
+
 async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
     return int(
         await session.scalar(

@@ -29,13 +29,14 @@ import time
 from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from flowyard.engine.ipc import (
     FRAME,
     VERDICT_CPU,
     VERDICT_MEMORY,
     Slot,
     claimed_from_wire,
-    frame,
     outcome_to_wire,
     read_frame,
 )
@@ -127,7 +128,7 @@ class RunnerProcess:
         self.flows: dict[str, CompiledFlow | FlowNotRunnable] = {}
         self.indexes: dict[str, dict[str, int]] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.outbox: list[Any] = []
+        self.outbox: list[bytes] = []
         self.cpu_budget_ns = int(settings.execution_cpu_seconds * 1e9)
         self.http: httpx.AsyncClient | None = None
         self._transport: asyncio.WriteTransport | None = None
@@ -152,14 +153,19 @@ class RunnerProcess:
                 self.handle(message)
 
     def send(self, message: Any) -> None:
+        """Queue a message for the next frame. It is encoded here, so one that JSON cannot hold
+        (an integer beyond 64 bits, a key that is not a string) fails its own execution, not
+        the frame it would have shared."""
+        encoded = orjson.dumps(message, default=str)
         if not self.outbox:
             asyncio.get_running_loop().call_soon(self._flush)
-        self.outbox.append(message)
+        self.outbox.append(encoded)
 
     def _flush(self) -> None:
         batch, self.outbox = self.outbox, []
         if batch and self._transport is not None:
-            self._transport.write(frame(batch))
+            body = b"[" + b",".join(batch) + b"]"  # what ipc.frame(messages) makes, from the parts
+            self._transport.write(FRAME.pack(len(body)) + body)
 
     def handle(self, message: list[Any]) -> None:
         kind = message[0]
@@ -261,8 +267,6 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
-    import orjson
-
     slot_fd = int(sys.argv[1])
     # The protocol owns the original stdout; anything a component prints goes to stderr.
     out_fd = os.dup(1)
