@@ -110,6 +110,7 @@ def serve(
                 api_processes=count,
                 engine=not no_engine,
                 grace=settings.stop_grace_seconds,
+                drain=settings.drain_seconds,
             )
         finally:
             metrics.remove_multiproc_dir(metrics_dir)

@@ -6,7 +6,8 @@ again (``Server.capture_signals``), so the process ends "killed by SIGTERM"
 (status -15) and a load balancer never saw it go. Here the first signal:
 
 1. marks the process draining: ``GET /health/ready`` answers 503 with
-   ``Retry-After`` while requests are still served;
+   ``Retry-After`` while requests are still served, each response closing its
+   connection (``flowyard.http_protocol``);
 2. stops the embedded engine, if any (no more claims; running executions finish
    within ``FLOWYARD_STOP_GRACE_SECONDS``; the rest goes back to the queue);
 3. after at least ``FLOWYARD_DRAIN_SECONDS``, lets uvicorn stop accepting,
