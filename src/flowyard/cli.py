@@ -153,7 +153,7 @@ def _run_api(
         access_log=settings.access_log,
         loop="uvloop",
         # httptools, with the header, timeout and drain rules of flowyard.http_protocol.
-        http=protocol_class(limits, draining=lambda: bool(app.state.draining)),
+        http=protocol_class(limits),
         timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )

@@ -31,6 +31,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from flowyard.http_protocol import mark_draining
+
 log = logging.getLogger("flowyard.server")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -74,6 +76,7 @@ class GracefulServer(uvicorn.Server):
                 loop.call_soon_threadsafe(self._force_engine)
             return
         self.app.state.draining = True
+        mark_draining(self.config)
         loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:

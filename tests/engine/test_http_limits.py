@@ -165,3 +165,9 @@ def test_an_idle_kept_alive_connection_is_closed(server: Server) -> None:
         status, headers, _ = _response(first)
         assert status == 200 and "connection" not in headers  # kept alive
         assert _read_all(sock) == b""  # then closed, with nothing more sent
+
+
+def test_an_unparseable_request_is_answered_400_in_the_error_shape(server: Server) -> None:
+    with server.connect(MARGIN) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n")
+        _assert_error(_read_all(sock), 400, "Invalid HTTP request")
