@@ -79,11 +79,12 @@ def test_every_request_during_a_drain_is_answered(tmp_path: Path) -> None:
         stop.set()
         for t in threads:
             t.join(BOUND + 10)
-        sent_until = time.monotonic()
+        # The engine still runs the long execution: the supervisor, and its socket, are still
+        # there, so no request above met a closed port.
+        assert serve.poll() is None
         for cl in [*clients, fresh]:
             cl.close()
         assert serve.wait(timeout=120) == 0, c.log("serve")
-        assert time.monotonic() > sent_until  # the socket was still open for every request sent
 
         during = [(s, d, o) for s, d, o in results if s >= signalled]
         failed = [
