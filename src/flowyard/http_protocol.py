@@ -158,6 +158,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def shutdown(self) -> None:
         self._closing = True
+        if self._refused:
+            return  # answered; its lingering close ends it
         if self._in_head or self.cycle is None:
             # A request on its way (or a connection accepted a moment ago): let it arrive.
             self._arm(min(self.limits.header_timeout, SHUTDOWN_FIRST_REQUEST_SECONDS), self._head_timed_out)
@@ -232,6 +234,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         self._refused = True
+        self._in_head = False
         self._disarm()
         transport = self.transport
         if transport.is_closing():

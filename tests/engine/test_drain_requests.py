@@ -7,6 +7,7 @@ never accepted, hung, and were reset when the supervisor finally closed the sock
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -105,5 +106,32 @@ def test_every_request_during_a_drain_is_answered(tmp_path: Path) -> None:
                 assert o.status_code == 202, o.text
         # Served while draining, refused once the API processes stopped accepting.
         assert statuses.get(202, 0) > 0 and statuses.get(503, 0) > 0, statuses
+    finally:
+        c.stop_all()
+
+
+def test_a_connection_accepted_before_the_stop_is_served_after_it(tmp_path: Path) -> None:
+    """uvicorn closes, at its shutdown, every connection without a request in progress, and
+    so resets one accepted a moment before whose request is still on the wire. Here such a
+    request is served, and its connection closed after it."""
+    url = f"sqlite+aiosqlite:///{(tmp_path / 'flowyard.db').resolve()}"
+    c = Cluster(url, tmp_path)
+    c.env.update({"FLOWYARD_DRAIN_SECONDS": "1"})
+    serve = c.start("serve", "serve")
+    try:
+        c.wait_ready()
+        with socket.create_connection(("127.0.0.1", c.port), timeout=BOUND) as sock:
+            assert httpx.get(f"{c.base}/health").status_code == 200  # the connection above is accepted
+            serve.send_signal(signal.SIGTERM)
+            time.sleep(1.5)  # the drain is over: the server stops accepting and shuts down
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), data
+        assert b"\r\nconnection: close" in head
+        assert body == b'{"status":"ok"}'
+        assert serve.wait(timeout=60) == 0, c.log("serve")
     finally:
         c.stop_all()
