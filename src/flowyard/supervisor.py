@@ -11,7 +11,10 @@ they share is in the database, so any child may die at any moment.
 The supervisor restarts a child that died and, on SIGTERM/SIGINT, sends SIGTERM
 to all of them (each drains: see ``flowyard.server`` and ``Worker.stop``) and
 exits 0 once they are done; a second signal is forwarded too, so every child
-exits at once.
+exits at once. Children run in their own process group, so a terminal's Ctrl+C
+reaches them only through the supervisor (once, not twice). It holds no database connection and runs no flow:
+it is a plain loop over ``subprocess.Popen`` (uvicorn's own multiprocess
+supervisor only knows identical API workers, not the engine beside them).
 
 The listening socket outlives the API processes: the supervisor holds it until the
 engine process is done too (running executions may take ``FLOWYARD_STOP_GRACE_SECONDS``),
@@ -19,10 +22,7 @@ and the kernel keeps completing connections on it that nobody accepts, so they w
 hang until it closes and then be reset. Once the API processes stop accepting (the drain
 time after the signal), the supervisor accepts instead and answers each request ``503``
 with ``Retry-After`` (``DrainResponder``); it takes what is still queued before it
-closes the socket. Children run in their own process group, so a terminal's Ctrl+C
-reaches them only through the supervisor (once, not twice). It holds no database connection and runs no flow:
-it is a plain loop over ``subprocess.Popen`` (uvicorn's own multiprocess
-supervisor only knows identical API workers, not the engine beside them).
+closes the socket.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class DrainResponder:
 
 class Supervisor:
     def __init__(
-        self, *, sock: socket.socket, api_processes: int, engine: bool, grace: float, drain: float = 0.0
+        self, *, sock: socket.socket, api_processes: int, engine: bool, grace: float, drain: float
     ) -> None:
         self.sock = sock
         self.grace = grace
