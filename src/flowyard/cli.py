@@ -110,6 +110,7 @@ def serve(
                 api_processes=count,
                 engine=not no_engine,
                 grace=settings.stop_grace_seconds,
+                drain=settings.drain_seconds,
             )
         finally:
             metrics.remove_multiproc_dir(metrics_dir)
@@ -139,8 +140,10 @@ def _run_api(
 
     from flowyard import logconfig
     from flowyard.app import create_app
+    from flowyard.http_protocol import HttpLimits, protocol_class
 
     app = create_app(settings, run_engine=run_engine)
+    limits = HttpLimits.from_settings(settings)
     config = uvicorn.Config(
         app,
         host=host or settings.host,
@@ -149,7 +152,9 @@ def _run_api(
         log_config=logconfig.uvicorn_log_config(settings.log_format, settings.log_level),
         access_log=settings.access_log,
         loop="uvloop",
-        http="httptools",
+        # httptools, with the header, timeout and drain rules of flowyard.http_protocol.
+        http=protocol_class(limits),
+        timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
     from flowyard.server import GracefulServer
