@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,7 +27,7 @@ from flowyard import logconfig, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, queue
+from flowyard.engine import heartbeat, isolate, queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import WORK, Notifier, finished_messages
@@ -138,10 +138,27 @@ class Worker:
                     await self._wake.wait()
 
     async def _claim(self, limit: int) -> list[queue.Claimed]:
+        unreadable: list[queue.Unreadable] = []
+        messages: list[bytes] = []
         async with self.db.write(durable=False) as session:
-            return await queue.claim(
-                session, worker_id=self.id, limit=limit, lease_seconds=self.settings.lease_seconds
+            claimed = await queue.claim(
+                session,
+                worker_id=self.id,
+                limit=limit,
+                lease_seconds=self.settings.lease_seconds,
+                unreadable=unreadable,
             )
+            if unreadable:  # failed alone in this transaction (engine/isolate.py); waiters are told
+                messages = finished_messages((u.id, "failed", None, u.error) for u in unreadable)
+                await self.notifier.stage(session, messages)
+        if unreadable:
+            self.notifier.committed(messages)
+            for u in unreadable:
+                log.error("execution %s of flow %s failed: %s", u.id, u.flow_id, u.error)
+                metrics.poison("claim")
+                metrics.execution_finished(u.trigger, "failed", None)
+            self.hub.finish((u.id, ("failed", None, u.error)) for u in unreadable)
+        return claimed
 
     async def _start(self, claimed: list[queue.Claimed]) -> None:
         now = time.monotonic()
@@ -230,26 +247,42 @@ class Worker:
                 await self._flush_once()
 
     async def _flush_once(self) -> None:
-        # One flusher at a time; a batch leaves the buffer only once it is committed,
-        # so a failed or cancelled write loses nothing.
+        # One flusher at a time; an outcome leaves the buffer only once it is committed (or
+        # settled as poison), so a failed or cancelled write loses nothing.
         async with self._flush_lock:
             batch = self._outcomes[:_FLUSH_BATCH]
             if not batch:
                 return
-            messages: list[bytes] = []
+            settled: set[int] = set()
             try:
-                async with self.db.write(durable=False) as session:
-                    held = await queue.complete(session, batch, worker_id=self.id)
-                    # Sent with the commit: API processes answer their ?wait= requests from it.
-                    messages = finished_messages(
-                        (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
-                    )
-                    await self.notifier.stage(session, messages)
-            except Exception:
-                log.exception("recording %d outcomes failed; retrying", len(batch))
+                # One transaction for the batch; an outcome that breaks it is recorded alone as
+                # failed and never blocks the others (engine/isolate.py).
+                left = await isolate.bisect(
+                    batch,
+                    lambda part: self._record(part, settled),
+                    lambda o, exc: self._record_poison(o, exc, settled),
+                )
+            finally:
+                if settled:
+                    self._outcomes = [o for o in self._outcomes if id(o) not in settled]
+            if left.items:
+                log.error(
+                    "recording %d outcomes failed (%s); retrying",
+                    len(left.items),
+                    isolate.reason(left.error) if left.error else "?",
+                )
                 await asyncio.sleep(0.5)
-                return
-            del self._outcomes[: len(batch)]
+
+    async def _record(self, batch: Sequence[queue.Outcome], settled: set[int]) -> None:
+        """Record ``batch`` in one transaction; then what follows its commit."""
+        async with self.db.write(durable=False) as session:
+            held = await queue.complete(session, batch, worker_id=self.id)
+            # Sent with the commit: API processes answer their ?wait= requests from it.
+            messages = finished_messages(
+                (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
+            )
+            await self.notifier.stage(session, messages)
+        settled.update(id(o) for o in batch)
         lost = [o.execution_id for o in batch if o.execution_id not in held]
         if lost:
             log.warning(
@@ -265,6 +298,43 @@ class Worker:
             ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
             remember=False,
         )
+
+    async def _record_poison(self, outcome: queue.Outcome, exc: BaseException, settled: set[int]) -> None:
+        """An outcome that cannot be recorded. If only its counts broke, it is recorded
+        uncounted; otherwise the execution is recorded ``failed`` with the reason, no result and
+        no steps. Raises (the outcome stays buffered) if even that cannot be written."""
+        why = isolate.reason(exc)
+        try:
+            await self._record_uncounted(outcome, settled)
+            log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
+            metrics.poison("count")
+            return
+        except Exception as again:
+            if isolate.is_transient(again):
+                raise
+        error = f"its outcome could not be stored: {why}"
+        log.error("execution %s failed: %s", outcome.execution_id, error)
+        metrics.poison("outcome")
+        failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
+        await self._record([failed], settled)
+        settled.add(id(outcome))
+
+    async def _record_uncounted(self, outcome: queue.Outcome, settled: set[int]) -> None:
+        async with self.db.write(durable=False) as session:
+            held = await queue.complete(session, [outcome], worker_id=self.id, count=False)
+            messages = finished_messages(
+                [(outcome.execution_id, outcome.status, outcome.result, outcome.error)]
+                if outcome.execution_id in held
+                else []
+            )
+            await self.notifier.stage(session, messages)
+        settled.add(id(outcome))
+        trigger, seconds = self._ran.pop(outcome.execution_id, ("other", -1.0))
+        if outcome.execution_id in held:
+            self.completed += 1
+            metrics.execution_finished(trigger, outcome.status, seconds)
+            self.notifier.committed(messages)
+            self.hub.finish([(outcome.execution_id, (outcome.status, outcome.result, outcome.error))])
 
     async def _renewer(self) -> None:
         interval = self.settings.lease_seconds / 3
@@ -433,3 +503,19 @@ class Worker:
             "completed": self.completed,
             "pool": self.pool.stats(),
         }
+
+
+def _claimed_of(outcome: queue.Outcome) -> queue.Claimed:
+    """Who an outcome is about, for ``error_outcome`` (the rest is not needed to fail it)."""
+    return queue.Claimed(
+        id=outcome.execution_id,
+        flow_id=outcome.flow_id,
+        flow_version=0,
+        tenant=outcome.tenant,
+        owner_user=outcome.owner_user,
+        trigger="",
+        input=None,
+        attempts=0,
+        created_at=outcome.created_at,
+        scheduled_for=None,
+    )
