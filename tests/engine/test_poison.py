@@ -384,3 +384,58 @@ async def test_a_row_that_cannot_be_pruned_is_skipped_alone(
     async with db.read() as session:
         left = (await session.scalars(sa.select(Execution.id).where(Execution.flow_id == fid))).all()
     assert list(left) == [poison]
+
+
+# -- event-trigger intake ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_broker_message_that_cannot_be_accepted_is_refused_alone(tmp_path: Path) -> None:
+    """Through a real `flowyard serve` and Redis streams: an entry whose data the service cannot
+    store (read fine, nested too deep to be written) is refused, logged, acknowledged and never
+    blocks the entries after it (before: the consumer reconnected and re-read it forever)."""
+    from tests.connectors.conftest import require_server
+    from tests.connectors.test_triggers import (
+        REDIS_URL,
+        _executions,
+        _redis,
+        _sqlite_cluster,
+        _status,
+        _trigger_flow,
+        _wait,
+    )
+    from tests.engine.test_processes import _login
+
+    require_server("Redis", 6379)
+    stream = f"flowyard-test-{uuid.uuid4().hex[:8]}"
+    c = _sqlite_cluster(tmp_path)
+    c.start("serve", "serve")
+    try:
+        c.wait_ready()
+        headers = _login(c)
+        fid = _trigger_flow(
+            c, headers, REDIS_URL, {"componentId": "redis", "function": "xread", "fields": {"key": stream}}
+        )
+        _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+
+        async def add(r: Any) -> None:
+            for i in range(10):
+                if i == 5:
+                    await r.xadd(stream, {"deep": nested_text(300)})
+                await r.xadd(stream, {"i": str(i)})
+
+        _redis(add)
+        rows = _wait(
+            "every good entry to run",
+            lambda: (r := _executions(c, fid)) and len(r) >= 10 and all(x[1] == "succeeded" for x in r) and r,
+        )
+        assert sorted(r[0]["i"] for r in rows) == list(range(10)), "each good entry once, the poison not"
+        group = f"flowyard-{fid}"
+        _wait("nothing pending", lambda: _redis(lambda r: r.xpending(stream, group))["pending"] == 0)
+        log = c.log("serve")
+        assert "message" in log and "refused and dropped: TypeError: Recursion limit reached" in log, log
+        assert "reconnecting" not in log, "the consumer never stopped"
+        assert "Traceback" not in log, log
+    finally:
+        c.stop_all()
+        _redis(lambda r: r.delete(stream))

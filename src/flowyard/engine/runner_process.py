@@ -250,6 +250,7 @@ def _unsendable(message: Any, exc: BaseException) -> Any:
     """An outcome that cannot be encoded: its execution fails alone, the frame still goes."""
     if isinstance(message, list) and len(message) == 3 and message[0] == "done":
         why = f"its outcome could not be sent from its runner: {isolate.reason(exc)}"
+        print(f"flowyard runner: execution #{message[1]}: {why}", file=sys.stderr, flush=True)
         now = datetime.now(UTC).isoformat()
         return ["done", message[1], ["failed", None, why, now, [], [[now, "error", why, None, None, None]]]]
     print(f"flowyard runner: a message could not be sent: {isolate.reason(exc)}", file=sys.stderr, flush=True)

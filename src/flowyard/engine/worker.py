@@ -316,7 +316,7 @@ class Worker:
         log.error("execution %s failed: %s", outcome.execution_id, error)
         metrics.poison("outcome")
         failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
-        await self._record([failed], settled)
+        await self._record([failed], set())
         settled.add(id(outcome))
 
     async def _record_uncounted(self, outcome: queue.Outcome, settled: set[int]) -> None:
