@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
 from flowyard.config import Settings
@@ -57,31 +58,40 @@ async def enqueue(
     """Queue executions of ``flow_id`` in one transaction; ``raw[i]``: the i-th input is then
     overwritten with this text, unvetted (a row the service would never write)."""
     async with db.write() as session:
-        flow = await session.get(Flow, flow_id)
-        assert flow is not None
-        now = utcnow()
-        items = [
-            queue.NewExecution(
-                id=new_id(),
-                flow_id=flow_id,
-                flow_version=flow.version,
-                flow_name=flow.name,
-                tenant=flow.tenant,
-                owner_user=queue.owner_user_of(flow.owners),
-                trigger="webhook",
-                input=value,
-                created_at=now,
-            )
-            for value in inputs
-        ]
-        # Ids sort by creation: the poison sits among the good ones of one claim.
-        items.sort(key=lambda e: e.id)
-        ids = await queue.enqueue(session, items)
-        for i, text in (raw or {}).items():
-            cast = "CAST(:v AS json)" if not db.is_sqlite else ":v"
-            await session.execute(
-                sa.text(f"UPDATE executions SET input = {cast} WHERE id = :id"), {"v": text, "id": ids[i]}
-            )
+        return await enqueue_in(session, flow_id, inputs, raw=raw, sqlite=db.is_sqlite)
+
+
+async def enqueue_in(
+    session: AsyncSession, flow_id: str, inputs: list[Any], *, raw: dict[int, str] | None = None, sqlite: bool
+) -> list[str]:
+    flow = (
+        await session.execute(
+            sa.select(Flow.version, Flow.name, Flow.tenant, Flow.owners).where(Flow.id == flow_id)
+        )
+    ).one()
+    now = utcnow()
+    items = [
+        queue.NewExecution(
+            id=new_id(),
+            flow_id=flow_id,
+            flow_version=flow.version,
+            flow_name=flow.name,
+            tenant=flow.tenant,
+            owner_user=queue.owner_user_of(flow.owners),
+            trigger="webhook",
+            input=value,
+            created_at=now,
+        )
+        for value in inputs
+    ]
+    # Ids sort by creation: the poison sits among the good ones of one claim.
+    items.sort(key=lambda e: e.id)
+    ids = await queue.enqueue(session, items)
+    for i, text in (raw or {}).items():
+        cast = ":v" if sqlite else "CAST(:v AS json)"
+        await session.execute(
+            sa.text(f"UPDATE executions SET input = {cast} WHERE id = :id"), {"v": text, "id": ids[i]}
+        )
     return ids
 
 
@@ -214,6 +224,37 @@ async def test_a_row_whose_input_cannot_be_read_fails_alone_at_the_claim(
 async def _done(db: Database, eid: str) -> tuple[str, str | None, Any, Any] | None:
     got = await row(db, eid)
     return got if got[0] in ("succeeded", "failed", "cancelled") else None
+
+
+async def test_a_flow_that_cannot_be_prepared_fails_only_its_executions(
+    engine_client: Client, factory: Factory, db: Database
+) -> None:
+    c = engine_client
+    who = await factory.user()
+    good_flow = await active_flow(c, who, flow_body(name="good"))
+    bad_flow = await active_flow(c, who, flow_body(name="broken"))
+    # A graph the API would never save, written raw: on SQLite not even JSON.
+    graph = "{" if db.is_sqlite else '{"nodes": "x"}'
+    async with db.write() as session:
+        cast = ":g" if db.is_sqlite else "CAST(:g AS json)"
+        await session.execute(
+            sa.text(f"UPDATE flows SET graph = {cast} WHERE id = :id"), {"g": graph, "id": bad_flow}
+        )
+        # Queued together: one claim holds both flows' executions.
+        good = await enqueue_in(session, good_flow, [{"n": i} for i in range(5)], sqlite=db.is_sqlite)
+        bad = await enqueue_in(session, bad_flow, [{"n": i} for i in range(3)], sqlite=db.is_sqlite)
+    for eid in good:
+        assert (await finished(c, who, eid))["status"] == "succeeded"
+    expected = (
+        "the flow could not be prepared: JSONDecodeError: unexpected end of data: line 1 column 2 (char 1)"
+        if db.is_sqlite
+        else "the flow could not be prepared: AttributeError: 'str' object has no attribute 'get'"
+    )
+    for eid in bad:
+        status, error, _, _ = await wait_for(lambda eid=eid: _done(db, eid))
+        assert (status, error) == ("failed", expected)
+    r = await c.post(f"/webhooks/{good_flow}", json={"after": True})
+    assert (await finished(c, who, r.json()["data"]["executionId"]))["status"] == "succeeded"
 
 
 # -- dispatch to runners -----------------------------------------------------------------

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -131,7 +132,16 @@ class Worker:
                     claimed = []
                     await asyncio.sleep(self.settings.poll_interval)
                 if claimed:
-                    await self._start(claimed)
+                    try:
+                        await self._start(claimed)
+                    except Exception:  # the database, for a moment: none of them started
+                        log.exception(
+                            "starting %d claimed executions failed; handing them back", len(claimed)
+                        )
+                        await self._hand_back(
+                            [c.id for c in claimed if c.id not in self._running], started=False
+                        )
+                        await asyncio.sleep(self.settings.poll_interval)
                     continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.poll_interval):
@@ -174,44 +184,64 @@ class Worker:
         current: dict[str, FlowSpec | FlowNotRunnable] = {}
         if missing:
             async with self.db.read() as session:
+                # As text, decoded flow by flow: one flow whose row cannot be read fails its own
+                # executions, not the claim (engine/isolate.py).
                 rows = (
                     await session.execute(
-                        sa.select(Flow.id, Flow.version, Flow.tenant, Flow.owners, Flow.graph).where(
-                            Flow.id.in_(missing)
-                        )
+                        sa.select(
+                            Flow.id,
+                            Flow.version,
+                            Flow.tenant,
+                            sa.cast(Flow.owners, sa.Text),
+                            sa.cast(Flow.graph, sa.Text),
+                        ).where(Flow.id.in_(missing))
                     )
                 ).all()
             for fid, version, tenant, owners, graph in rows:
-                # Compiled here only to vet the graph and find its credentials; runners compile
-                # their own copy from the spec.
-                compiled: CompiledFlow | FlowNotRunnable
                 try:
-                    compiled = CompiledFlow.compile(
-                        flow_id=fid,
-                        version=version,
-                        tenant=tenant,
-                        owner_user=queue.owner_user_of(owners),
-                        graph=graph,
-                        registry=self.registry,
-                    )
-                except FlowNotRunnable as exc:
-                    compiled = exc
-                if isinstance(compiled, CompiledFlow) and compiled.credential_ids:
-                    async with self.db.read() as session:
-                        compiled.credentials, _problems = await secrets.resolve(
-                            session,
-                            self.box,
-                            compiled.credential_ids,
-                            tenant=tenant,
-                            owner_user=compiled.owner_user,
-                        )
-                spec = FlowSpec.of(compiled, graph) if isinstance(compiled, CompiledFlow) else compiled
+                    spec = await self._prepare(fid, version, tenant, owners, graph)
+                except Exception as exc:
+                    if isolate.is_transient(exc):
+                        raise
+                    why = f"the flow could not be prepared: {isolate.reason(exc)}"
+                    log.error("flow %s version %s: %s", fid, version, why)
+                    metrics.poison("claim")
+                    spec = FlowNotRunnable(why)
                 self._flows[(fid, version)] = spec
                 current[fid] = spec
         metrics.executions_started([c.trigger for c in claimed])
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
             self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
+
+    async def _prepare(
+        self, fid: str, version: int, tenant: str | None, owners: str, graph_text: str
+    ) -> FlowSpec | FlowNotRunnable:
+        """Vet a flow version for the runners: compiled here only to check the graph and find
+        its credentials (runners compile their own copy from the spec)."""
+        graph = orjson.loads(graph_text)
+        compiled: CompiledFlow | FlowNotRunnable
+        try:
+            compiled = CompiledFlow.compile(
+                flow_id=fid,
+                version=version,
+                tenant=tenant,
+                owner_user=queue.owner_user_of(orjson.loads(owners)),
+                graph=graph,
+                registry=self.registry,
+            )
+        except FlowNotRunnable as exc:
+            return exc
+        if compiled.credential_ids:
+            async with self.db.read() as session:
+                compiled.credentials, _problems = await secrets.resolve(
+                    session,
+                    self.box,
+                    compiled.credential_ids,
+                    tenant=tenant,
+                    owner_user=compiled.owner_user,
+                )
+        return FlowSpec.of(compiled, graph)
 
     async def _execute(self, claimed: queue.Claimed, flow: FlowSpec | FlowNotRunnable | None) -> None:
         logconfig.set_execution(claimed.flow_id, claimed.id, claimed.tenant)  # this task's log lines
