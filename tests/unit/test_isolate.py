@@ -91,3 +91,21 @@ def test_the_reason_never_carries_a_statement_or_its_parameters() -> None:
         "boom", "UPDATE executions SET result=?", {"secret": "s3cr3t"}, TypeError("bad")
     )
     assert isolate.reason(exc) == "TypeError: bad"
+
+
+def test_postgres_deadlocks_and_serialization_failures_are_transient() -> None:
+    import sqlalchemy as sa
+
+    class DriverError(Exception):
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__(sqlstate)
+            self.sqlstate = sqlstate
+
+    def error(state: str) -> sa.exc.DBAPIError:
+        return sa.exc.DBAPIError("UPDATE ...", {}, DriverError(state))
+
+    assert isolate.is_transient(error("40P01")) and isolate.is_transient(error("40001"))
+    assert isolate.is_transient(error("57014")) and isolate.is_transient(error("08006"))
+    assert not isolate.is_transient(error("P0001")), "a raised exception is the row's"
+    assert not isolate.is_transient(error("22P02")), "invalid text representation is the row's"
+    assert not isolate.is_transient(TypeError("Recursion limit reached"))

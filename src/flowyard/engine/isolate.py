@@ -35,13 +35,23 @@ R = TypeVar("R")
 _REASON_CHARS = 300
 
 
+# PostgreSQL SQLSTATEs of failures that the same statement may not meet again: class 40
+# (serialization failure, deadlock), lock not available, statement timeout / cancel,
+# class 08 (connection) and 53 (insufficient resources), 57P0x (server shutting down).
+_TRANSIENT_STATES = ("40", "08", "53", "55P03", "57014", "57P0")
+
+
 def is_transient(exc: BaseException) -> bool:
     """A failure of the storage or the network, not of an item: retry, do not isolate.
 
     ``Database.read()``/``write()`` turn operational database errors (unavailable, locked,
-    a connection invalidated) into ``StorageUnavailable``.
+    a connection invalidated) into ``StorageUnavailable``; PostgreSQL's deadlocks and
+    serialization failures reach us as plain driver errors and are told by their SQLSTATE.
     """
-    return isinstance(exc, (StorageUnavailable, TimeoutError, ConnectionError))
+    if isinstance(exc, (StorageUnavailable, TimeoutError, ConnectionError)):
+        return True
+    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return isinstance(state, str) and state.startswith(_TRANSIENT_STATES)
 
 
 def reason(exc: BaseException) -> str:
