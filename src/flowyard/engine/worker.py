@@ -303,10 +303,10 @@ class Worker:
                 )
                 await asyncio.sleep(0.5)
 
-    async def _record(self, batch: Sequence[queue.Outcome], settled: set[int]) -> None:
+    async def _record(self, batch: Sequence[queue.Outcome], settled: set[int], *, count: bool = True) -> None:
         """Record ``batch`` in one transaction; then what follows its commit."""
         async with self.db.write(durable=False) as session:
-            held = await queue.complete(session, batch, worker_id=self.id)
+            held = await queue.complete(session, batch, worker_id=self.id, count=count)
             # Sent with the commit: API processes answer their ?wait= requests from it.
             messages = finished_messages(
                 (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
@@ -334,37 +334,25 @@ class Worker:
         uncounted; otherwise the execution is recorded ``failed`` with the reason, no result and
         no steps. Raises (the outcome stays buffered) if even that cannot be written."""
         why = isolate.reason(exc)
-        try:
-            await self._record_uncounted(outcome, settled)
-            log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
-            metrics.poison("count")
+        # Once more as it is (what failed may have been a moment's conflict), then, in case only
+        # its count broke (executions/counters.py), uncounted.
+        for count in (True, False):
+            try:
+                await self._record([outcome], settled, count=count)
+            except Exception as again:
+                if isolate.is_transient(again):
+                    raise
+                continue
+            if not count:
+                log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
+                metrics.poison("count")
             return
-        except Exception as again:
-            if isolate.is_transient(again):
-                raise
         error = f"its outcome could not be stored: {why}"
         log.error("execution %s failed: %s", outcome.execution_id, error)
         metrics.poison("outcome")
         failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
         await self._record([failed], set())
         settled.add(id(outcome))
-
-    async def _record_uncounted(self, outcome: queue.Outcome, settled: set[int]) -> None:
-        async with self.db.write(durable=False) as session:
-            held = await queue.complete(session, [outcome], worker_id=self.id, count=False)
-            messages = finished_messages(
-                [(outcome.execution_id, outcome.status, outcome.result, outcome.error)]
-                if outcome.execution_id in held
-                else []
-            )
-            await self.notifier.stage(session, messages)
-        settled.add(id(outcome))
-        trigger, seconds = self._ran.pop(outcome.execution_id, ("other", -1.0))
-        if outcome.execution_id in held:
-            self.completed += 1
-            metrics.execution_finished(trigger, outcome.status, seconds)
-            self.notifier.committed(messages)
-            self.hub.finish([(outcome.execution_id, (outcome.status, outcome.result, outcome.error))])
 
     async def _renewer(self) -> None:
         interval = self.settings.lease_seconds / 3

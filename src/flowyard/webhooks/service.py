@@ -252,15 +252,20 @@ class WebhookBatcher:
 
         async def on_poison(req: WebhookRequest, exc: BaseException) -> None:
             why = isolate.reason(exc)
-            try:
-                # Perhaps only its count broke (executions/counters.py): store it uncounted.
-                await store([req], count=False)
-                log.error("flow %s: a request was stored without counting it: %s", req.flow_id, why)
-                metrics.poison("count")
+            # Once more as it is (a race with another process settles now: a concurrent
+            # idempotency key is found), then, in case only its count broke
+            # (executions/counters.py), uncounted.
+            for count in (True, False):
+                try:
+                    await store([req], count=count)
+                except Exception as again:
+                    if isolate.is_transient(again):
+                        raise
+                    continue
+                if not count:
+                    log.error("flow %s: a request was stored without counting it: %s", req.flow_id, why)
+                    metrics.poison("count")
                 return
-            except Exception as again:
-                if isolate.is_transient(again):
-                    raise
             log.error("flow %s: a request could not be stored and is refused: %s", req.flow_id, why)
             metrics.poison("webhook")
             # Not a 503: storing it again would fail again (the reason is logged, not told).
