@@ -26,6 +26,7 @@ from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import pruner, queue
 from flowyard.engine.components import Registry
+from flowyard.engine.pool import RunnerPool
 from flowyard.engine.records import Outcome, StepRecord
 from flowyard.engine.worker import Worker
 from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount
@@ -294,6 +295,34 @@ async def test_an_outcome_a_runner_cannot_send_fails_alone(
     assert error == "its outcome could not be sent from its runner: TypeError: Recursion limit reached"
     r = await c.post(f"/webhooks/{fid}", json={"after": True})
     assert (await finished(c, who, r.json()["data"]["executionId"]))["status"] == "succeeded"
+
+
+async def test_a_message_a_runner_cannot_handle_fails_alone(tmp_path: Path, registry: Registry) -> None:
+    """The runner side: a "run" message the runner cannot take (here a creation time it cannot
+    parse, written by the test) is refused for that execution alone; the runner stays and runs
+    the others of the same frame."""
+    from tests.engine.test_pool import _claimed, _runner_pids, _spec
+
+    pool = RunnerPool(Settings(data_dir=tmp_path, runners=1))
+    await pool.start()
+    try:
+        spec = _spec(registry, {"id": "out", "componentId": "log"})
+        pid = (await _runner_pids(pool))[0]
+        good = [_claimed(spec, {"n": i}) for i in range(6)]
+        poison = _claimed(spec, {"poison": True})
+        poison.created_at = "not a time"  # type: ignore[assignment]
+        batch = [*good[:3], poison, *good[3:]]
+        outcomes = await asyncio.gather(*(pool.run(spec, c) for c in batch))
+        assert [(o.status, o.result) for o in outcomes[:3] + outcomes[4:]] == [
+            ("succeeded", {"data": {"n": i}}) for i in range(6)
+        ]
+        assert (outcomes[3].status, outcomes[3].error) == (
+            "failed",
+            "its runner could not take it: ValueError: Invalid isoformat string: 'not a time'",
+        )
+        assert await _runner_pids(pool) == [pid], "the runner was not replaced"
+    finally:
+        await pool.close()
 
 
 # -- outcome recording and counts --------------------------------------------------------
