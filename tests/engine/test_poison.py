@@ -32,6 +32,7 @@ from flowyard.engine.worker import Worker
 from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
+from flowyard.jsonvalue import MAX_DEPTH
 from flowyard.logs.models import LogEntry
 from flowyard.secrets.crypto import SecretBox, load_key
 from tests.conftest import Account, Factory, flow_body
@@ -294,7 +295,8 @@ async def test_an_outcome_a_runner_cannot_send_fails_alone(
         assert (await finished(c, who, eid))["status"] == "succeeded"
     status, error, _, result = await wait_for(lambda: _done(db, poison))
     assert status == "failed" and result is None
-    assert error == "step in failed: its output nests deeper than 128 levels of arrays and objects (the limit)"
+    too_deep = f"its output nests deeper than {MAX_DEPTH} levels of arrays and objects (the limit)"
+    assert error == f"step in failed: {too_deep}"
     r = await c.post(f"/webhooks/{fid}", json={"after": True})
     assert (await finished(c, who, r.json()["data"]["executionId"]))["status"] == "succeeded"
 
