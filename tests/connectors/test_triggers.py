@@ -375,6 +375,56 @@ def test_sigkilled_consumer_is_taken_over_and_its_messages_run_once(tmp_path: Pa
         b.stop_all()
 
 
+def test_sigkilled_consumer_is_taken_over_on_the_heartbeat_not_the_lease(
+    tmp_path: Path, amqp_queue: str
+) -> None:
+    """The lease is 30 s here; the survivor sees the SIGKILLed holder's heartbeat stop, frees its
+    trigger leases in that transaction and takes the consumer over at once: a message published
+    right after the kill is stored within seconds, by exactly one consumer."""
+    a = _sqlite_cluster(tmp_path)
+    b = _sqlite_cluster(tmp_path)
+    for c in (a, b):
+        c.env["FLOWYARD_LEASE_SECONDS"] = "30"
+    try:
+        a.start("serve-a", "serve")
+        a.wait_ready()
+        b.start("serve-b", "serve")
+        b.wait_ready()
+        headers = _login(a)
+        fid = _trigger_flow(
+            a,
+            headers,
+            AMQP_URL,
+            {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}},
+        )
+        _wait("the flow to become active", lambda: _status(a, headers, fid)["status"] == "active")
+        _publish(amqp_queue, [("before", b'{"i": 0}')])
+        _wait("the first message to be stored", lambda: len(_executions(a, fid)) == 1)
+        victim = _holder_pid(a, fid)
+        assert victim is not None
+        killed = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        _publish(amqp_queue, [("after", b'{"i": 1}')])
+        a, b = (b, a) if a.procs["serve-a"].pid == victim else (a, b)
+        _wait("the survivor to store the message", lambda: len(_executions(a, fid)) == 2, seconds=30)
+        took = time.monotonic() - killed
+        print(f"trigger consumer taken over {took:.2f} s after the SIGKILL")
+        assert took <= 10, f"taken over after {took:.1f} s: the lease expired, not the heartbeat"
+        taker = _holder_pid(a, fid)
+        assert taker is not None and taker != victim
+        assert _declare(amqp_queue, passive=True).consumer_count == 1
+        _wait(
+            "both to run",
+            lambda: (r := _executions(a, fid)) and all(x[1] == "succeeded" for x in r),
+        )
+        assert sorted(r[0]["i"] for r in _executions(a, fid)) == [0, 1]
+        assert _status(a, headers, fid)["status"] == "active"
+        _stop(a, headers, fid)
+    finally:
+        a.stop_all()
+        b.stop_all()
+
+
 def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path, stream: str) -> None:
     """As above for a Redis stream: the dead holder's pending entries (read, never XACKed) are
     re-read by the next holder under the same consumer name."""

@@ -81,7 +81,13 @@ def _pid_gone(pid: int) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    # A killed process that its parent has not reaped yet (a zombie) still answers kill(0).
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False  # no procfs (not Linux): the heartbeat timeout decides
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
 async def take_dead(session: AsyncSession, *, me: str, after_seconds: float) -> list[str]:
