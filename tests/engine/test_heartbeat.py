@@ -192,3 +192,25 @@ async def test_a_dead_process_frees_its_trigger_leases_in_the_take_back(db: Data
     async with db.write() as session:
         assert not await triggers.take(session, "f-dead-1", "alive-one", now, 30), "one taker"
         assert await triggers.free_dead(session, []) == []
+
+
+async def test_a_reused_pid_of_this_host_is_dead_at_once_on_sqlite(db: Database) -> None:
+    """A restarted container hands its new processes the same small pids: a live process that
+    started after the heartbeat row was written is not the row's process."""
+    proc = subprocess.Popen(["sleep", "60"])  # noqa: ASYNC220 - started after the row below
+    try:
+        async with db.write() as session:
+            session.add(
+                ProcessHeartbeat(
+                    id="before-restart",
+                    host=heartbeat.host_name(),
+                    pid=proc.pid,
+                    started_at=utcnow() - timedelta(seconds=30),
+                    beat_at=utcnow(),
+                )
+            )
+        dead, _requeued, _failed = await _sweep(db, "sweeper")
+        assert dead == (["before-restart"] if db.is_sqlite else [])
+    finally:
+        proc.kill()
+        proc.wait()
