@@ -9,7 +9,8 @@ Clients on 127.0.0.1 post webhooks all along (a new body after every error; a re
 the crash cut off was never acknowledged). The flow is webhook -> delay -> log, so work is
 queued and running at every kill. After each restart it measures the stall: the time from
 starting the new `serve` to the first execution that had been acknowledged (answered 202)
-before the kill finishing, and, beside it, the time until `/health/ready` answers. At the
+before the kill finishing (if none was unfinished at the kill: the first execution finishing), and, beside it, the time until `/health/ready` answers and the
+CPU seconds the new tree used until then (the figure a loaded machine does not distort). At the
 end it waits for the queue to drain and checks that every acknowledged execution exists,
 succeeded and was recorded exactly once (one `log` node entry each: the outcome of a run
 cut off by a kill is never recorded, so a re-run cannot make two). Bounded: `--kills` kills
@@ -40,7 +41,7 @@ FLOW = {
     "graph": {
         "nodes": [
             {"id": "in", "componentId": "webhook"},
-            {"id": "wait", "componentId": "delay", "fields": {"seconds": 0.05}},
+            {"id": "wait", "componentId": "delay", "fields": {"seconds": 0.2}},
             {"id": "out", "componentId": "log", "fields": {"level": "info", "message": "soak"}},
         ],
         "edges": [{"source": "in", "target": "wait"}, {"source": "wait", "target": "out"}],
@@ -111,6 +112,23 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> int:
     return len(tree)
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the live process tree under ``pid`` has used so far."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def unfinished(db: Path, sample: int = 500) -> list[str]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
         return [
@@ -120,6 +138,15 @@ def unfinished(db: Path, sample: int = 500) -> list[str]:
                 (sample,),
             )
         ]
+
+
+def finished_count(db: Path) -> int:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM executions WHERE status NOT IN ('queued', 'running')"
+            ).fetchone()[0]
+        )
 
 
 def any_finished(db: Path, ids: list[str]) -> bool:
@@ -171,6 +198,7 @@ def main() -> int:
     load.start()
     stalls: list[float] = []
     readies: list[float] = []
+    cpus: list[float] = []  # CPU seconds the new tree used until the queue moved
     pending_at_kill: list[int] = []
     processes = 0
     kills = 0
@@ -185,6 +213,8 @@ def main() -> int:
             loadavg.append(os.getloadavg()[0])
             waiting = unfinished(db)
             pending_at_kill.append(len(waiting))
+            # Nothing was in flight (rare): then the first execution of any kind finishing.
+            done_before = finished_count(db) if not waiting else 0
             restarted = time.monotonic()
             server.proc = subprocess.Popen(
                 server.proc.args, env=server_env(server), stdout=server.log, stderr=subprocess.STDOUT
@@ -194,8 +224,11 @@ def main() -> int:
                 now = time.monotonic()
                 if ready_at is None and ready(server.base):
                     ready_at = now
-                if moved_at is None and (not waiting or any_finished(db, waiting)):
+                if moved_at is None and (
+                    any_finished(db, waiting) if waiting else finished_count(db) > done_before
+                ):
                     moved_at = now
+                    cpus.append(tree_cpu(server.proc.pid))
                 if ready_at is not None and moved_at is not None:
                     break
                 if server.proc.poll() is not None:
@@ -210,7 +243,7 @@ def main() -> int:
             print(
                 f"kill {kills:2d}: {pending_at_kill[-1]:4d} unfinished at the kill; ready after "
                 f"{readies[-1]:.2f} s, the queue moving after {stalls[-1]:.2f} s "
-                f"(load average {loadavg[-1]:.1f})",
+                f"({cpus[-1]:.1f} CPU s; load average {loadavg[-1]:.1f})",
                 flush=True,
             )
     finally:
@@ -254,6 +287,10 @@ def main() -> int:
     print(
         f"stall (restart -> first execution acknowledged before the kill finishing): p50 {pct(stalls, 50):.2f} s, "
         f"p99 {pct(stalls, 99):.2f} s, max {max(stalls, default=float('nan')):.2f} s"
+    )
+    print(
+        f"CPU the new tree used until the queue moved (all its processes): p50 {pct(cpus, 50):.1f} s, "
+        f"max {max(cpus, default=float('nan')):.1f} s"
     )
     print(
         f"restart -> /health/ready: p50 {pct(readies, 50):.2f} s, p99 {pct(readies, 99):.2f} s, "
