@@ -9,8 +9,9 @@ Clients on 127.0.0.1 post webhooks all along (a new body after every error; a re
 the crash cut off was never acknowledged). The flow is webhook -> delay -> log, so work is
 queued and running at every kill. After each restart it measures the stall: the time from
 starting the new `serve` to the first execution that had been acknowledged (answered 202)
-before the kill finishing (if none was unfinished at the kill: the first execution finishing), and, beside it, the time until `/health/ready` answers and the
-CPU seconds the new tree used until then (the figure a loaded machine does not distort). At the
+before the kill finishing (if none was unfinished at the kill: the first execution
+finishing); beside it, the time until `/health/ready` answers, and the CPU seconds the new
+tree had used when the queue moved (the figure a loaded machine does not distort). At the
 end it waits for the queue to drain and checks that every acknowledged execution exists,
 succeeded and was recorded exactly once (one `log` node entry each: the outcome of a run
 cut off by a kill is never recorded, so a re-run cannot make two). Bounded: `--kills` kills
@@ -275,9 +276,13 @@ def main() -> int:
     reruns = sum(1 for e in acknowledged & rows.keys() if rows[e][1] > 1)
 
     print()
+    tree = (
+        f"supervisor, {args.api_processes} API processes, engine, runners"
+        if args.api_processes > 1
+        else "one process with API and engine, runners"
+    )
     print(
-        f"{kills} SIGKILLs of the whole tree ({processes} processes in all: supervisor, "
-        f"{args.api_processes} API processes, engine, runners) in {soak_seconds:.0f} s; "
+        f"{kills} SIGKILLs of the whole tree ({processes} processes in all: {tree}) in {soak_seconds:.0f} s; "
         f"--api-processes {args.api_processes}, {args.clients} clients offering {args.rate:g} webhooks/s"
     )
     print(
@@ -286,7 +291,8 @@ def main() -> int:
     )
     print(
         f"stall (restart -> first execution acknowledged before the kill finishing): p50 {pct(stalls, 50):.2f} s, "
-        f"p99 {pct(stalls, 99):.2f} s, max {max(stalls, default=float('nan')):.2f} s"
+        f"p99 {pct(stalls, 99):.2f} s, max {max(stalls, default=float('nan')):.2f} s, "
+        f"min {min(stalls, default=float('nan')):.2f} s"
     )
     print(
         f"CPU the new tree used until the queue moved (all its processes): p50 {pct(cpus, 50):.1f} s, "
