@@ -375,6 +375,90 @@ def test_sigkilled_consumer_is_taken_over_and_its_messages_run_once(tmp_path: Pa
         b.stop_all()
 
 
+def _kill_holder_and_time_takeover(c: Cluster, fid: str, amqp_queue: str) -> tuple[int, float]:
+    """SIGKILL the engine holding the flow's AMQP consumer, publish one message at once and time
+    how long until another engine has stored it; returns the victim's pid and the seconds."""
+    _publish(amqp_queue, [("before", b'{"i": 0}')])
+    _wait("the first message to be stored", lambda: len(_executions(c, fid)) == 1)
+    victim = _holder_pid(c, fid)
+    assert victim is not None
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    _publish(amqp_queue, [("after", b'{"i": 1}')])
+    _wait("another engine to store the message", lambda: len(_executions(c, fid)) == 2, seconds=30)
+    took = time.monotonic() - killed
+    print(f"trigger consumer taken over {took:.2f} s after the SIGKILL ({c.db_url.split(':')[0]})")
+    assert took <= 10, f"taken over after {took:.1f} s: the lease expired, not the heartbeat"
+    taker = _holder_pid(c, fid)
+    assert taker is not None and taker != victim
+    assert _declare(amqp_queue, passive=True).consumer_count == 1
+    _wait("both to run", lambda: (r := _executions(c, fid)) and all(x[1] == "succeeded" for x in r))
+    assert sorted(r[0]["i"] for r in _executions(c, fid)) == [0, 1]
+    return victim, took
+
+
+def test_sigkilled_consumer_is_taken_over_on_the_heartbeat_not_the_lease(
+    tmp_path: Path, amqp_queue: str
+) -> None:
+    """The lease is 30 s here; the survivor sees the SIGKILLed holder's heartbeat stop (on SQLite
+    at once: its pid is gone), frees its trigger leases in that transaction and takes the
+    consumer over at once: a message published right after the kill is stored within seconds,
+    by exactly one consumer."""
+    a = _sqlite_cluster(tmp_path)
+    b = _sqlite_cluster(tmp_path)
+    for c in (a, b):
+        c.env["FLOWYARD_LEASE_SECONDS"] = "30"
+    try:
+        a.start("serve-a", "serve")
+        a.wait_ready()
+        b.start("serve-b", "serve")
+        b.wait_ready()
+        headers = _login(a)
+        fid = _trigger_flow(
+            a,
+            headers,
+            AMQP_URL,
+            {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}},
+        )
+        _wait("the flow to become active", lambda: _status(a, headers, fid)["status"] == "active")
+        victim, _took = _kill_holder_and_time_takeover(a, fid, amqp_queue)
+        a, b = (b, a) if a.procs["serve-a"].pid == victim else (a, b)  # the survivor answers
+        assert _status(a, headers, fid)["status"] == "active"
+        _stop(a, headers, fid)
+    finally:
+        a.stop_all()
+        b.stop_all()
+
+
+def test_sigkilled_consumer_is_taken_over_on_the_heartbeat_postgres(
+    postgres_url: str, tmp_path: Path, amqp_queue: str
+) -> None:
+    """PostgreSQL, two `flowyard worker`s beside the API: no pid shortcut across machines, the
+    heartbeat timeout (3 s) decides, still far inside the 30 s lease."""
+    asyncio.run(_empty(postgres_url))
+    c = Cluster(postgres_url, tmp_path)
+    c.env["FLOWYARD_OUTBOUND_ALLOW_NETWORKS"] = "127.0.0.0/8"
+    c.env["FLOWYARD_LEASE_SECONDS"] = "30"
+    try:
+        c.start("serve", "serve", "--no-engine")
+        c.start("worker-a", "worker")
+        c.start("worker-b", "worker")
+        c.wait_ready()
+        headers = _login(c)
+        fid = _trigger_flow(
+            c,
+            headers,
+            AMQP_URL,
+            {"componentId": "amqp", "function": "consume", "fields": {"queue": amqp_queue}},
+        )
+        _wait("the flow to become active", lambda: _status(c, headers, fid)["status"] == "active")
+        _kill_holder_and_time_takeover(c, fid, amqp_queue)
+        assert _status(c, headers, fid)["status"] == "active"
+        _stop(c, headers, fid)
+    finally:
+        c.stop_all()
+
+
 def test_sigkilled_redis_consumer_pending_entries_are_reread_once(tmp_path: Path, stream: str) -> None:
     """As above for a Redis stream: the dead holder's pending entries (read, never XACKed) are
     re-read by the next holder under the same consumer name."""

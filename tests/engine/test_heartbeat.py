@@ -1,10 +1,13 @@
 """Process heartbeats on SQLite and PostgreSQL: a process whose heartbeat stopped loses
-its executions at once (counted as a re-run, the max re-run rule applies), a live one
-keeps them, and a process declared dead records no outcome for what it held."""
+its executions and its event-trigger leases at once (counted as a re-run, the max re-run
+rule applies), a live one keeps them, and a process declared dead records no outcome for
+what it held."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 from datetime import timedelta
 
@@ -12,8 +15,9 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, queue
+from flowyard.engine import heartbeat, queue, triggers
 from flowyard.engine.heartbeat import ProcessHeartbeat
+from flowyard.engine.models import TriggerLease
 from flowyard.executions.models import Execution
 from tests.engine.test_fair_claim import claim, seed
 
@@ -128,3 +132,85 @@ async def test_a_gone_process_of_this_host_is_dead_at_once_on_sqlite(db: Databas
         assert (dead, requeued) == (["previous"], 1)
     else:  # processes on other machines share the hostname space: only the clock decides
         assert (dead, requeued) == ([], 0)
+
+
+async def test_a_killed_unreaped_process_of_this_host_is_dead_at_once_on_sqlite(db: Database) -> None:
+    """A zombie (SIGKILLed, its parent has not waited for it yet) still answers kill(pid, 0)."""
+    # Popen, not asyncio's: its child watcher would reap the process at once.
+    proc = subprocess.Popen(["sleep", "60"])  # noqa: ASYNC220
+    try:
+        async with db.write() as session:
+            session.add(
+                ProcessHeartbeat(
+                    id="zombie",
+                    host=heartbeat.host_name(),
+                    pid=proc.pid,
+                    started_at=utcnow(),
+                    beat_at=utcnow(),
+                )
+            )
+        assert await _sweep(db, "sweeper") == ([], 0, []), "alive: kept"
+        proc.kill()
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # noqa: ASYNC222 - dead, left unreaped
+        dead, _requeued, _failed = await _sweep(db, "sweeper")
+        assert dead == (["zombie"] if db.is_sqlite else [])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_dead_process_frees_its_trigger_leases_in_the_take_back(db: Database) -> None:
+    """The holder of a trigger lease is its engine's heartbeat id: the transaction that deletes a
+    stale heartbeat frees that process's leases (not a live one's), and one taker takes each."""
+    await _beat(db, "dead-one", age=10)
+    await _beat(db, "alive-one")
+    now = utcnow()
+    async with db.write() as session:
+        for fid in ("f-dead-1", "f-dead-2", "f-alive"):
+            await triggers.ensure(session, fid, 1)
+        for fid, holder in (("f-dead-1", "dead-one"), ("f-dead-2", "dead-one"), ("f-alive", "alive-one")):
+            assert await triggers.take(session, fid, holder, now, 30)
+            await triggers.mark(session, fid, holder, subscribed_at=now, problem=None)
+    async with db.write() as session:
+        # Unexpired, so before the heartbeat decides nobody else may take them.
+        assert not await triggers.take(session, "f-dead-1", "sweeper", now, 30)
+    async with db.write() as session:
+        dead = await heartbeat.take_dead(session, me="sweeper", after_seconds=3)
+        freed = await triggers.free_dead(session, dead)
+    assert dead == ["dead-one"] and freed == ["f-dead-1", "f-dead-2"]
+    async with db.read() as session:
+        rows = {
+            r[0]: r[1:]
+            for r in await session.execute(
+                sa.select(TriggerLease.flow_id, TriggerLease.holder, TriggerLease.subscribed_at)
+            )
+        }
+    assert rows["f-dead-1"] == (None, None) and rows["f-dead-2"] == (None, None)
+    assert rows["f-alive"][0] == "alive-one" and rows["f-alive"][1] is not None
+    async with db.write() as session:
+        assert await triggers.take(session, "f-dead-1", "sweeper", now, 30)
+    async with db.write() as session:
+        assert not await triggers.take(session, "f-dead-1", "alive-one", now, 30), "one taker"
+        assert await triggers.free_dead(session, []) == []
+
+
+async def test_a_reused_pid_of_this_host_is_dead_at_once_on_sqlite(db: Database) -> None:
+    """A restarted container hands its new processes the same small pids: a live process that
+    started after the heartbeat row was written is not the row's process."""
+    proc = subprocess.Popen(["sleep", "60"])  # noqa: ASYNC220 - started after the row below
+    try:
+        async with db.write() as session:
+            session.add(
+                ProcessHeartbeat(
+                    id="before-restart",
+                    host=heartbeat.host_name(),
+                    pid=proc.pid,
+                    started_at=utcnow() - timedelta(seconds=30),
+                    beat_at=utcnow(),
+                )
+            )
+        dead, _requeued, _failed = await _sweep(db, "sweeper")
+        assert dead == (["before-restart"] if db.is_sqlite else [])
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,5 +1,10 @@
 """The engine's event-trigger consumers (docs/engine.md "Event triggers").
 
+The holder of a lease is the engine's heartbeat id (``Worker.id``, passed in as
+``holder``): when the process dies, the engine that sees its heartbeat stop frees
+its leases in the same transaction and wakes its consumers, which take them over
+at once (``Worker._take_back``, ``triggers.free_dead``).
+
 Every pass (a third of ``FLOWYARD_LEASE_SECONDS``) an engine process renews the
 trigger leases it holds, takes free or expired leases of flows that are
 ``starting`` or ``active``, and closes the consumers of flows that stopped or
@@ -15,9 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import random
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +38,6 @@ from flowyard.engine.models import TriggerLease
 from flowyard.engine.notify import Notifier
 from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailable, TooManyRequests
 from flowyard.flows.models import Flow
-from flowyard.ids import new_id
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
@@ -68,12 +70,13 @@ class TriggerConsumers:
         notifier: Notifier,
         on_work: Callable[[], None],
         nudge_lifecycle: Callable[[], None],
+        holder: Callable[[], str],
     ) -> None:
         self.db = db
         self.settings = settings
         self.registry = registry
         self.box = box
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
+        self._holder = holder
         self.batcher = WebhookBatcher(
             db, window_ms=settings.webhook_group_commit_ms, notifier=notifier, on_commit=on_work
         )
@@ -81,6 +84,12 @@ class TriggerConsumers:
         self.consumers: dict[str, _Consumer] = {}
         self._renewed = time.monotonic()
         self.wake = asyncio.Event()
+
+    @property
+    def holder(self) -> str:
+        """This engine's heartbeat id. It changes only when another process declared this one
+        dead (and freed its leases): the next pass then finds none held and closes them."""
+        return self._holder()
 
     @property
     def interval(self) -> float:

@@ -74,14 +74,44 @@ async def remove(session: AsyncSession, process_id: str) -> None:
     await session.execute(sa.delete(ProcessHeartbeat).where(ProcessHeartbeat.id == process_id))
 
 
-def _pid_gone(pid: int) -> bool:
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _pid_gone(pid: int, row_started: datetime) -> bool:
+    """Is the process of a heartbeat row of this host gone? Yes if no process has its pid, if it
+    is a zombie (killed, its parent has not reaped it yet), or if the process now holding the pid
+    started after the row did (the pid was reused, as in a restarted container, where a new
+    process gets the same small pid). Unsure (no procfs): no, and the heartbeat timeout decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
         return False
-    return False
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return True
+    boot = _boot_time()
+    if boot is None:
+        return False
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: start time
+    # The boot time is whole seconds: a margin of one, so a live holder is never taken for dead.
+    return started > row_started.timestamp() + 1.0
 
 
 async def take_dead(session: AsyncSession, *, me: str, after_seconds: float) -> list[str]:
@@ -92,14 +122,14 @@ async def take_dead(session: AsyncSession, *, me: str, after_seconds: float) -> 
         ProcessHeartbeat.id != me, ProcessHeartbeat.beat_at < now - timedelta(seconds=after_seconds)
     )
     if dialect_name(session) == "sqlite":
-        local: Sequence[tuple[str, int]] = (
+        local: Sequence[tuple[str, int, datetime]] = (
             await session.execute(
-                sa.select(ProcessHeartbeat.id, ProcessHeartbeat.pid).where(
+                sa.select(ProcessHeartbeat.id, ProcessHeartbeat.pid, ProcessHeartbeat.started_at).where(
                     ProcessHeartbeat.host == host_name(), ProcessHeartbeat.id != me
                 )
             )
         ).all()
-        gone = [pid_id for pid_id, pid in local if _pid_gone(pid)]
+        gone = [pid_id for pid_id, pid, started in local if _pid_gone(pid, started)]
         if gone:
             dead = sa.or_(dead, ProcessHeartbeat.id.in_(gone))
     taken = await session.scalars(sa.delete(ProcessHeartbeat).where(dead).returning(ProcessHeartbeat.id))

@@ -56,7 +56,9 @@ class EngineServices:
             notifier=self.notifier,
             on_work=self.worker.wake,
             nudge_lifecycle=self.nudge_lifecycle,
+            holder=lambda: self.worker.id,
         )
+        self.worker.on_triggers_freed = self.triggers.wake.set
         self._tasks: list[asyncio.Task[None]] = []
         self._worker_task: asyncio.Task[None] | None = None
 
@@ -65,6 +67,11 @@ class EngineServices:
         # Activate flows and fire cron ticks only once this engine can run them: an engine
         # whose runners are still starting would otherwise hold work it cannot start.
         await self.worker.pool.wait_ready()
+        # Trigger leases are held under the heartbeat id: none before the heartbeat exists (or
+        # the worker failed to start, whose error its task carries).
+        registered = asyncio.create_task(self.worker.registered.wait())
+        await asyncio.wait([registered, self._worker_task], return_when=asyncio.FIRST_COMPLETED)
+        registered.cancel()
         self._tasks = [
             asyncio.create_task(self._every("lifecycle", self._lifecycle_pass, 1.0, self._lifecycle_wake)),
             asyncio.create_task(self._scheduler_loop(), name="flowyard-scheduler"),

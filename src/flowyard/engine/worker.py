@@ -28,7 +28,7 @@ from flowyard import logconfig, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, isolate, queue
+from flowyard.engine import heartbeat, isolate, queue, triggers
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import WORK, Notifier, finished_messages
@@ -76,6 +76,11 @@ class Worker:
         self._stopping = asyncio.Event()
         self._force = asyncio.Event()
         self._registered = False
+        # Set once the first heartbeat is committed: trigger leases are taken under ``self.id``
+        # only after that, so a lease holder always has a heartbeat another engine can see stop.
+        self.registered = asyncio.Event()
+        # Called after trigger leases of dead processes were freed (the consumers take them).
+        self.on_triggers_freed: Callable[[], None] = lambda: None
         self._running: dict[str, asyncio.Task[None]] = {}
         self._outcomes: list[queue.Outcome] = []
         self._flush_lock = asyncio.Lock()
@@ -411,6 +416,7 @@ class Worker:
             log.error("heartbeat %s was taken over by another process; continuing as %s", old, self.id)
             for task in list(self._running.values()):
                 task.cancel()
+            self.on_triggers_freed()  # its trigger leases went too: the consumers close theirs
 
             async def beat_as_new(session: AsyncSession) -> list[str]:
                 await heartbeat.beat(session, self.id)
@@ -418,6 +424,7 @@ class Worker:
 
             await self._take_back(beat_as_new)
         self._registered = True
+        self.registered.set()
         if dead:
             log.warning("processes %s stopped beating; took back %d of their executions", dead[:5], requeued)
 
@@ -427,9 +434,13 @@ class Worker:
         """Re-queue what dead workers held, in one transaction with ``find``, which names the
         dead (their heartbeat stopped) or answers None (those whose lease expired)."""
         messages: list[bytes] = []
+        freed: list[str] = []
         async with self.db.write(durable=False) as session:
             owners = await find(session)
             requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts, owners=owners)
+            if owners:
+                # Their event-trigger leases too: a consumer here takes each over at once.
+                freed = await triggers.free_dead(session, owners)
             if dead:
                 messages = finished_messages(e.id for e in dead)
             if requeued:
@@ -455,6 +466,9 @@ class Worker:
             self.wake()
         if dead:
             self.hub.notify(e.id for e in dead)
+        if freed:
+            log.warning("freed the event-trigger leases of flows %s held by %s", freed[:5], owners)
+            self.on_triggers_freed()
         return requeued, owners
 
     async def _shutdown(self, side: list[asyncio.Task[None]]) -> None:

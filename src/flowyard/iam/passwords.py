@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended cost
-# Verified against when there is no hash (unknown user), so both failures take as long.
-_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when there is no hash (unknown user), so both failures take as long.
+    Made on first use, not at import: every process imports this module (the supervisor and the
+    engine too), and a hash costs tens of ms of CPU at start, when a restart needs it most."""
+    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 def hash_password(password: str) -> str:
@@ -19,7 +26,7 @@ def hash_password(password: str) -> str:
 
 def verify_password(password_hash: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
     except (VerificationError, InvalidHashError):
         return False
 
