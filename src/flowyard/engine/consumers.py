@@ -34,6 +34,7 @@ from flowyard.engine.models import TriggerLease
 from flowyard.engine.notify import Notifier
 from flowyard.errors import Conflict, FlowyardError
 from flowyard.flows.models import Flow
+from flowyard.flows.status import TRIGGERED
 from flowyard.ids import new_id
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
@@ -114,7 +115,7 @@ class TriggerConsumers:
                     .limit(10000)
                 )
             ).all()
-        wanted = {r[0] for r in rows if r[3] in ("starting", "active")}
+        wanted = {r[0] for r in rows if r[3] in TRIGGERED}
         for fid in list(self.consumers):
             if fid not in held:
                 log.warning("trigger lease of flow %s lost; closing its consumer", fid)
@@ -122,7 +123,7 @@ class TriggerConsumers:
             elif fid not in wanted or self.consumers[fid].task.done():
                 await self._close(fid, release="delete" if fid not in wanted else "free")
         for fid, holder, expires_at, status in rows:
-            if status not in ("starting", "active") or fid in self.consumers:
+            if status not in TRIGGERED or fid in self.consumers:
                 continue
             if holder is not None and expires_at is not None and expires_at > now:
                 continue

@@ -13,6 +13,7 @@ from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.errors import FlowyardError, InvalidInput, error_body
 from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowStatusChange
+from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 
 router = APIRouter(tags=["flows"])
@@ -158,9 +159,11 @@ async def start_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JS
     service.check_id(id)
     caller.require(perms.FLOWS_UPDATE)
     async with db.write() as session:
-        await service.transition(session, caller, id, expected="inactive", target="starting")
+        await service.transition(
+            session, caller, id, expected=FlowStatus.INACTIVE, target=FlowStatus.STARTING
+        )
     _nudge(request)
-    return single({"id": id, "status": "starting"})
+    return single({"id": id, "status": FlowStatus.STARTING})
 
 
 @router.post(
@@ -173,6 +176,6 @@ async def stop_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSO
     service.check_id(id)
     caller.require(perms.FLOWS_UPDATE)
     async with db.write() as session:
-        await service.transition(session, caller, id, expected="active", target="stopping")
+        await service.transition(session, caller, id, expected=FlowStatus.ACTIVE, target=FlowStatus.STOPPING)
     _nudge(request)
-    return single({"id": id, "status": "stopping"})
+    return single({"id": id, "status": FlowStatus.STOPPING})
