@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -49,6 +50,28 @@ def _tenant_dict(t: Any) -> dict[str, Any]:
         "createdAt": isoformat(t.created_at),
         "updatedAt": isoformat(t.updated_at),
     }
+
+
+def _paged_list(
+    path: str,
+    name: str,
+    lister: Callable[..., Awaitable[tuple[Sequence[Any], int]]],
+    to_dict: Callable[[Any], dict[str, Any]],
+    **doc: Any,
+) -> None:
+    """``GET path``: one page of what ``lister(session, caller, limit=, offset=)`` returns, each
+    item through ``to_dict``. ``name`` names the endpoint (the OpenAPI operationId)."""
+
+    async def endpoint(
+        request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+    ) -> JSONOut:
+        lq = parse_list_query(request)
+        async with db.read() as session:
+            items, total = await lister(session, caller, limit=lq.size, offset=lq.offset)
+        return page([to_dict(item) for item in items], page=lq.page, per_page=lq.size, total=total)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.get(path, **doc)(endpoint)
 
 
 # -- login and tokens -----------------------------------------------------------
@@ -113,20 +136,16 @@ async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
     return single({**token_dict(token), "token": text}, 201)
 
 
-@router.get(
+_paged_list(
     "/tokens",
+    "list_tokens",
+    token_service.list_tokens,
+    token_dict,
     tags=["auth"],
     response_model=Page[TokenOut],
     responses=errors(400, 401),
     summary="List the caller's tokens (without their text), paged",
 )
-async def list_tokens(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        tokens, total = await token_service.list_tokens(session, caller, limit=lq.size, offset=lq.offset)
-    return page([token_dict(t) for t in tokens], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.delete(
@@ -173,7 +192,28 @@ async def introspect(request: Request, db: DB, caller: Caller, settings: AppSett
 # -- users ---------------------------------------------------------------------
 
 
-async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, username: str | None) -> JSONOut:
+_USERS_DOC: dict[str, Any] = {
+    "tags": ["users"],
+    "response_model": list[UserOut] | Page[UserOut],
+    "responses": errors(400, 401),
+    "summary": "List users, paged (a bare array of one page; with meta=true, wrapped in data/meta)",
+}
+MetaFlag = Annotated[bool, Query(description="Wrap the page in data/meta.")]
+UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
+
+
+@router.get("/users", **_USERS_DOC, include_in_schema=False)
+@router.get("/users/", **_USERS_DOC, include_in_schema=False)
+@router.get("/api/users", **_USERS_DOC)
+async def list_users(
+    request: Request,
+    db: DB,
+    caller: Caller,
+    meta: MetaFlag = False,
+    username: UsernameFilter = None,
+    _size: PageSize = None,
+    _number: PageNumber = None,
+) -> JSONOut:
     lq = parse_list_query(request)
     async with db.read() as session:
         users, total = await user_service.list_users(
@@ -186,50 +226,7 @@ async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, user
     return JSONOut(data)
 
 
-_USERS_DOC: dict[str, Any] = {
-    "tags": ["users"],
-    "response_model": list[UserOut] | Page[UserOut],
-    "responses": errors(400, 401),
-    "summary": "List users, paged (a bare array of one page; with meta=true, wrapped in data/meta)",
-}
-MetaFlag = Annotated[bool, Query(description="Wrap the page in data/meta.")]
-UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
-
-
-@router.get("/api/users", **_USERS_DOC)
-async def list_users(
-    request: Request,
-    db: DB,
-    caller: Caller,
-    meta: MetaFlag = False,
-    username: UsernameFilter = None,
-    _size: PageSize = None,
-    _number: PageNumber = None,
-) -> JSONOut:
-    return await _list_users(request, db, caller, meta, username)
-
-
-@router.get("/users", **_USERS_DOC, include_in_schema=False)
-@router.get("/users/", **_USERS_DOC, include_in_schema=False)
-async def list_users_alias(
-    request: Request,
-    db: DB,
-    caller: Caller,
-    meta: MetaFlag = False,
-    username: UsernameFilter = None,
-    _size: PageSize = None,
-    _number: PageNumber = None,
-) -> JSONOut:
-    return await _list_users(request, db, caller, meta, username)
-
-
-async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
-    async with db.read() as session:
-        user = await user_service.get_user(session, caller, id)
-        roles = (await role_service.roles_of(session, [user.id]))[user.id]
-    return JSONOut(user_dict(user, roles))
-
-
+@router.get("/users/{id}", tags=["users"], response_model=UserOut, include_in_schema=False)
 @router.get(
     "/api/users/{id}",
     tags=["users"],
@@ -238,12 +235,10 @@ async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
     summary="Read a user",
 )
 async def get_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
-    return await _get_user(db, caller, id)
-
-
-@router.get("/users/{id}", tags=["users"], response_model=UserOut, include_in_schema=False)
-async def get_user_alias(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
-    return await _get_user(db, caller, id)
+    async with db.read() as session:
+        user = await user_service.get_user(session, caller, id)
+        roles = (await role_service.roles_of(session, [user.id]))[user.id]
+    return JSONOut(user_dict(user, roles))
 
 
 @router.post(
@@ -335,36 +330,28 @@ async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
     return single(_tenant_dict(tenant), 201)
 
 
-@router.get(
+_paged_list(
     "/tenants",
+    "list_tenants",
+    tenant_service.list_tenants,
+    _tenant_dict,
     tags=["tenants"],
     response_model=Page[TenantOut],
     responses=errors(400, 401),
     summary="List tenants, paged (all with iam.tenant.read, else the caller's own)",
 )
-async def list_tenants(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        tenants, total = await tenant_service.list_tenants(session, caller, limit=lq.size, offset=lq.offset)
-    return page([_tenant_dict(t) for t in tenants], page=lq.page, per_page=lq.size, total=total)
 
 
-@router.get(
+_paged_list(
     "/roles",
+    "list_roles",
+    role_service.list_roles,
+    role_dict,
     tags=["roles"],
     response_model=Page[RoleOut],
     responses=errors(400, 401, 403),
     summary="List roles, paged (tenant.roles.read)",
 )
-async def list_roles(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        roles, total = await role_service.list_roles(session, caller, limit=lq.size, offset=lq.offset)
-    return page([role_dict(r) for r in roles], page=lq.page, per_page=lq.size, total=total)
 
 
 @router.post(
