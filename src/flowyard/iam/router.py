@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.api.deps import DB, AppSettings, Caller, json_body_doc, parse_body
 from flowyard.api.docs import errors
@@ -17,6 +18,7 @@ from flowyard.iam import roles as role_service
 from flowyard.iam import tenants as tenant_service
 from flowyard.iam import tokens as token_service
 from flowyard.iam import users as user_service
+from flowyard.iam.principal import Principal
 from flowyard.iam.schemas import (
     AccessToken,
     Introspect,
@@ -72,6 +74,22 @@ def _paged_list(
 
     endpoint.__name__ = endpoint.__qualname__ = name
     router.get(path, **doc)(endpoint)
+
+
+def _deleting(
+    path: str, name: str, deleter: Callable[[AsyncSession, Principal, str], Awaitable[None]], **doc: Any
+) -> None:
+    """``DELETE path`` (``{id}`` in it): ``deleter(session, caller, id)``, then every cached
+    principal is dropped (what was deleted may have been a token, a user or a role of one)."""
+
+    async def endpoint(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+        async with db.write() as session:
+            await deleter(session, caller, id)
+        request.app.state.principals.clear()
+        return JSONOut({})
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.delete(path, **doc)(endpoint)
 
 
 # -- login and tokens -----------------------------------------------------------
@@ -148,18 +166,15 @@ _paged_list(
 )
 
 
-@router.delete(
+_deleting(
     "/tokens/{id}",
+    "delete_token",
+    token_service.delete_token,
     tags=["auth"],
     response_model=dict[str, Any],
     responses=errors(400, 401, 403, 404),
     summary="Revoke a token",
 )
-async def delete_token(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await token_service.delete_token(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})
 
 
 @router.post(
@@ -297,18 +312,15 @@ async def update_user(
     return JSONOut(user_dict(user, roles))
 
 
-@router.delete(
+_deleting(
     "/api/users/{id}",
+    "delete_user",
+    user_service.delete_user,
     tags=["users"],
     response_model=dict[str, Any],
     responses=errors(401, 403, 404, 409),
     summary="Delete a user (iam.account.delete)",
 )
-async def delete_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await user_service.delete_user(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})
 
 
 # -- tenants and roles -----------------------------------------------------------
@@ -406,15 +418,12 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     return single(role_dict(role))
 
 
-@router.delete(
+_deleting(
     "/roles/{id}",
+    "delete_role",
+    role_service.delete_role,
     tags=["roles"],
     response_model=dict[str, Any],
     responses=errors(401, 403, 404),
     summary="Delete a role (tenant.roles.delete)",
 )
-async def delete_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await role_service.delete_role(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})

@@ -57,30 +57,6 @@ async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) ->
         await session.execute(sa.insert(_LOGS), list(entries))
 
 
-async def append_one(
-    session: AsyncSession,
-    level: str,
-    message: str,
-    *,
-    tenant: str | None,
-    user_id: str | None,
-    flow_id: str | None,
-    execution_id: str | None = None,
-    data: Any = None,
-    timestamp: datetime | None = None,
-) -> None:
-    await append(
-        session,
-        [
-            entry(
-                level,
-                message,
-                tenant=tenant,
-                user_id=user_id,
-                flow_id=flow_id,
-                execution_id=execution_id,
-                data=data,
-                timestamp=timestamp,
-            )
-        ],
-    )
+async def append_one(session: AsyncSession, level: str, message: str, **fields: Any) -> None:
+    """One entry: ``fields`` are :func:`entry`'s keywords."""
+    await append(session, [entry(level, message, **fields)])
