@@ -6,9 +6,11 @@ flow stays in transit longer than the configured bound."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import metrics
 from flowyard.clock import utcnow
@@ -134,15 +136,7 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str,
             next_run_at=None if message else next_run,
         )
         if message:
-            await append_one(
-                session,
-                "error",
-                message,
-                timestamp=now,
-                tenant=flow.tenant,
-                user_id=queue.owner_user_of(flow.owners),
-                flow_id=flow.id,
-            )
+            await _log(session, flow, "error", message, now)
     if moved:
         metrics.lifecycle_move(to)  # committed
     return int(moved)
@@ -168,16 +162,7 @@ async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> 
                 session, flow_id, f"cancelled: the flow was stopped and {stop_grace:g} s of grace ran out"
             )
             message = f"Stopped; {len(cancelled)} unfinished execution(s) cancelled after the grace period."
-            await append_one(
-                session,
-                "warn",
-                message,
-                timestamp=now,
-                tenant=flow.tenant,
-                user_id=queue.owner_user_of(flow.owners),
-                flow_id=flow.id,
-                data={"cancelled": cancelled[:100]},
-            )
+            await _log(session, flow, "warn", message, now, data={"cancelled": cancelled[:100]})
         moved = await flow_status.move(
             session,
             flow_id,
@@ -190,6 +175,22 @@ async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> 
     if moved:
         metrics.lifecycle_move(FlowStatus.INACTIVE)
     return int(moved)
+
+
+async def _log(
+    session: AsyncSession, flow: Flow, level: str, message: str, now: datetime, data: Any = None
+) -> None:
+    """A log entry about the flow's move (``logs.append``), committed with it."""
+    await append_one(
+        session,
+        level,
+        message,
+        timestamp=now,
+        tenant=flow.tenant,
+        user_id=queue.owner_user_of(flow.owners),
+        flow_id=flow.id,
+        data=data,
+    )
 
 
 async def trigger_status(db: Database, flow_id: str, message: str | None) -> None:

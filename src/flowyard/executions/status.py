@@ -10,7 +10,7 @@ code only reads the status, comparing with :class:`ExecutionStatus`.
 Each move is one conditional ``UPDATE executions SET status = <to> WHERE status = <from>``:
 a row that another process moved meanwhile is left alone (its UPDATE matches nothing).
 
-Imports: the execution model and SQLAlchemy only.
+Imports: the execution model, ``flowyard.states`` and SQLAlchemy only.
 """
 
 from __future__ import annotations
@@ -22,6 +22,18 @@ from typing import cast
 import sqlalchemy as sa
 
 from flowyard.executions.models import Execution
+from flowyard.states import IllegalMove, Machine
+
+__all__ = [
+    "EXECUTION_STATUSES",
+    "FINISHED",
+    "MOVES",
+    "UNFINISHED",
+    "ExecutionStatus",
+    "IllegalMove",
+    "check",
+    "update",
+]
 
 
 class ExecutionStatus(StrEnum):
@@ -52,19 +64,8 @@ MOVES: dict[tuple[ExecutionStatus, ExecutionStatus], str] = {
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
 
 
-class IllegalMove(ValueError):
-    """A move the table does not allow: a bug in the caller, never a client's error."""
-
-
-def check(frm: ExecutionStatus | str, to: ExecutionStatus | str) -> ExecutionStatus:
-    """``to`` as a member if ``frm`` → ``to`` is allowed, else :class:`IllegalMove`."""
-    try:
-        pair = (ExecutionStatus(frm), ExecutionStatus(to))
-    except ValueError:
-        raise IllegalMove(f"an execution does not move from {frm!r} to {to!r}") from None
-    if pair not in MOVES:
-        raise IllegalMove(f"an execution does not move from {frm} to {to}")
-    return pair[1]
+# check(frm, to): ``to`` if the move is allowed, else IllegalMove.
+check = Machine(ExecutionStatus, MOVES).check
 
 
 def update(

@@ -384,18 +384,14 @@ async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
         await _write_owners(session, flow.id, flow.owners, replace=False)
 
 
+# The fields a PATCH body may give (each the same-named attribute of the flow).
+_MUTABLE = ("name", "description", "tenant", "graph", "type", "cron", "owners")
+
+
 def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
     if not isinstance(patch, dict):
         raise InvalidInput("The body must be a JSON object.")
-    current: dict[str, Any] = {
-        "name": flow.name,
-        "description": flow.description,
-        "tenant": flow.tenant,
-        "graph": flow.graph,
-        "type": flow.type,
-        "cron": flow.cron,
-        "owners": flow.owners,
-    }
+    current: dict[str, Any] = {name: getattr(flow, name) for name in _MUTABLE}
     merged = {**current, **patch}
     return {k: v for k, v in merged.items() if v is not None or k in ("name", "graph", "type")}
 

@@ -11,7 +11,7 @@ lifecycle reconciler's (``engine/lifecycle.py``), which also forces a flow stuck
 ``starting`` or ``stopping`` past the bound to ``inactive``. Each move is one conditional
 ``UPDATE ... WHERE status = <from>``: of concurrent movers exactly one wins.
 
-Imports: the flow model and SQLAlchemy only.
+Imports: the flow model, ``flowyard.states`` and SQLAlchemy only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.flows.models import Flow
+from flowyard.states import IllegalMove, Machine
+
+__all__ = ["IN_TRANSIT", "MOVES", "TRIGGERED", "FlowStatus", "IllegalMove", "check", "move"]
 
 
 class FlowStatus(StrEnum):
@@ -49,13 +52,8 @@ TRIGGERED = (FlowStatus.STARTING, FlowStatus.ACTIVE)
 IN_TRANSIT = (FlowStatus.STARTING, FlowStatus.STOPPING)
 
 
-class IllegalMove(ValueError):
-    """A move the table does not allow: a bug in the caller, never a client's error."""
-
-
-def check(frm: FlowStatus, to: FlowStatus) -> None:
-    if (FlowStatus(frm), FlowStatus(to)) not in MOVES:
-        raise IllegalMove(f"a flow does not move from {frm} to {to}")
+# check(frm, to): ``to`` if the move is allowed, else IllegalMove.
+check = Machine(FlowStatus, MOVES).check
 
 
 _KEEP: Any = object()

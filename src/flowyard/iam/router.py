@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.api.deps import DB, AppSettings, Caller, json_body_doc, parse_body
@@ -74,6 +75,27 @@ def _paged_list(
 
     endpoint.__name__ = endpoint.__qualname__ = name
     router.get(path, **doc)(endpoint)
+
+
+def _creating(
+    path: str,
+    name: str,
+    model: type[BaseModel],
+    create: Callable[[AsyncSession, Any, Principal], Awaitable[Any]],
+    to_dict: Callable[[Any], dict[str, Any]],
+    **doc: Any,
+) -> None:
+    """``POST path``: the body parsed as ``model``, ``create(session, body, caller)``, the new
+    item answered ``201`` through ``to_dict``."""
+
+    async def endpoint(request: Request, db: DB, caller: Caller) -> JSONOut:
+        body = await parse_body(request, model)
+        async with db.write() as session:
+            item = await create(session, body, caller)
+        return single(to_dict(item), 201)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.post(path, status_code=201, openapi_extra=json_body_doc(model.__name__), **doc)(endpoint)
 
 
 def _deleting(
@@ -326,20 +348,17 @@ _deleting(
 # -- tenants and roles -----------------------------------------------------------
 
 
-@router.post(
+_creating(
     "/tenants",
+    "create_tenant",
+    TenantCreate,
+    lambda session, body, caller: tenant_service.create_tenant(session, body.name, caller),
+    _tenant_dict,
     tags=["tenants"],
-    status_code=201,
     response_model=Single[TenantOut],
     responses=errors(400, 401, 403, 409, 415),
-    openapi_extra=json_body_doc("TenantCreate"),
     summary="Create a tenant (iam.tenant.create)",
 )
-async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
-    body = await parse_body(request, TenantCreate)
-    async with db.write() as session:
-        tenant = await tenant_service.create_tenant(session, body.name, caller)
-    return single(_tenant_dict(tenant), 201)
 
 
 _paged_list(
@@ -366,27 +385,24 @@ _paged_list(
 )
 
 
-@router.post(
+_creating(
     "/roles",
+    "create_role",
+    RoleCreate,
+    lambda session, body, caller: role_service.create_role(
+        session,
+        name=body.name,
+        permissions=body.permissions,
+        description=body.description,
+        scope=body.scope,
+        principal=caller,
+    ),
+    role_dict,
     tags=["roles"],
-    status_code=201,
     response_model=Single[RoleOut],
     responses=errors(400, 401, 403, 409, 415),
-    openapi_extra=json_body_doc("RoleCreate"),
     summary="Create a role (tenant.roles.create in the caller's tenant; all for global roles)",
 )
-async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
-    body = await parse_body(request, RoleCreate)
-    async with db.write() as session:
-        role = await role_service.create_role(
-            session,
-            name=body.name,
-            permissions=body.permissions,
-            description=body.description,
-            scope=body.scope,
-            principal=caller,
-        )
-    return single(role_dict(role), 201)
 
 
 @router.get(
