@@ -23,13 +23,15 @@ from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.executions import counters, steps
+from flowyard.executions import status as execution_status
 from flowyard.executions.models import Execution
+from flowyard.executions.status import UNFINISHED, ExecutionStatus
 from flowyard.flows.models import Flow
-from flowyard.logs.models import LogEntry
+from flowyard.logs.append import append as append_logs
 
 # Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
-_LOGS = cast(sa.Table, LogEntry.__table__)
+RUNNING, QUEUED = ExecutionStatus.RUNNING, ExecutionStatus.QUEUED
 
 
 @dataclass
@@ -75,7 +77,7 @@ async def enqueue(
             "tenant": e.tenant,
             "owner_user": e.owner_user,
             "trigger": e.trigger,
-            "status": "queued",
+            "status": ExecutionStatus.QUEUED,
             "input": e.input,
             "created_at": e.created_at,
             "scheduled_for": e.scheduled_for,
@@ -163,7 +165,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
         for grp, n in (
             await session.execute(
                 sa.select(Execution.queue_group, sa.func.count())
-                .where(Execution.status == "running")
+                .where(Execution.status == RUNNING)
                 .group_by(Execution.queue_group)
             )
         ).all()
@@ -183,7 +185,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
         for grp in sorted(want, key=lambda g: heads[g]):
             pick = (
                 sa.select(Execution.id)
-                .where(Execution.status == "queued", Execution.queue_group == grp)
+                .where(Execution.status == QUEUED, Execution.queue_group == grp)
                 .order_by(Execution.id)
                 .limit(want[grp])
             )
@@ -197,7 +199,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
             if len(ids) < want[grp]:
                 open_groups.discard(grp)  # drained (or the rest is locked by another claimer)
     if len(picked) < limit:
-        rest = sa.select(Execution.id).where(Execution.status == "queued").order_by(Execution.id)
+        rest = sa.select(Execution.id).where(Execution.status == QUEUED).order_by(Execution.id)
         if picked:
             rest = rest.where(Execution.id.not_in(picked))
         rest = rest.limit(limit - len(picked))
@@ -219,10 +221,9 @@ async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seco
     if not picked:
         return []
     stmt = (
-        sa.update(Execution)
-        .where(Execution.id.in_(picked), Execution.status == "queued")
+        execution_status.update(QUEUED, RUNNING)
+        .where(Execution.id.in_(picked))
         .values(
-            status="running",
             lease_owner=worker_id,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             started_at=sa.func.coalesce(Execution.started_at, now),
@@ -252,7 +253,7 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
         return
     await session.execute(
         sa.update(Execution)
-        .where(Execution.id.in_(list(ids)), Execution.status == "running", Execution.lease_owner == worker_id)
+        .where(Execution.id.in_(list(ids)), Execution.status == RUNNING, Execution.lease_owner == worker_id)
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
     )
@@ -269,7 +270,7 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         return set()
     ids = [o.execution_id for o in outcomes]
     held_q = sa.select(Execution.id).where(
-        Execution.id.in_(ids), Execution.status == "running", Execution.lease_owner == worker_id
+        Execution.id.in_(ids), Execution.status == RUNNING, Execution.lease_owner == worker_id
     )
     if dialect_name(session) == "postgresql":
         held_q = held_q.with_for_update()
@@ -279,10 +280,9 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         return held
     table = _EXECUTIONS
     await session.execute(
-        sa.update(table)
+        execution_status.update(RUNNING, sa.bindparam("st"))
         .where(table.c.id == sa.bindparam("eid"))
         .values(
-            status=sa.bindparam("st"),
             result=sa.bindparam("res"),
             steps=sa.bindparam("stp"),
             error=sa.bindparam("err"),
@@ -293,7 +293,7 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         [
             {
                 "eid": o.execution_id,
-                "st": o.status,
+                "st": execution_status.check(RUNNING, o.status),
                 "res": o.result,
                 "stp": steps.document(o.steps),
                 "err": o.error,
@@ -304,7 +304,7 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
     )
     logs = [entry for o in mine for entry in o.logs]
     if logs:
-        await session.execute(sa.insert(_LOGS), logs)
+        await append_logs(session, logs)
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine:
@@ -344,22 +344,22 @@ async def reap(
     now = utcnow()
     died = Execution.lease_owner.in_(list(owners)) if owners is not None else Execution.lease_expires_at < now
     requeued = await session.execute(
-        sa.update(Execution)
-        .where(Execution.status == "running", died, Execution.attempts < max_attempts)
-        .values(status="queued", lease_owner=None, lease_expires_at=None)
+        execution_status.update(RUNNING, QUEUED)
+        .where(died, Execution.attempts < max_attempts)
+        .values(lease_owner=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
     dead = list(
         (
             await session.scalars(
                 sa.select(Execution).where(
-                    Execution.status == "running", died, Execution.attempts >= max_attempts
+                    Execution.status == RUNNING, died, Execution.attempts >= max_attempts
                 )
             )
         ).all()
     )
     for e in dead:
-        e.status = "failed"
+        e.status = execution_status.check(RUNNING, ExecutionStatus.FAILED)  # loaded under this transaction
         e.error = f"abandoned: its worker died {e.attempts} times while running it"
         e.finished_at = now
         e.lease_owner = None
@@ -374,12 +374,12 @@ async def release(session: AsyncSession, *, worker_id: str, ids: Sequence[str], 
     """
     if not ids:
         return 0
-    values: dict[str, Any] = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
+    values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
     if not started:
         values["attempts"] = Execution.attempts - 1
     result = await session.execute(
-        sa.update(Execution)
-        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id, Execution.status == "running")
+        execution_status.update(RUNNING, QUEUED)
+        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
@@ -392,19 +392,15 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
     ids = list(
         (
             await session.scalars(
-                sa.select(Execution.id).where(
-                    Execution.flow_id == flow_id, Execution.status.in_(("queued", "running"))
-                )
+                sa.select(Execution.id).where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
             )
         ).all()
     )
     if ids:
         await session.execute(
-            sa.update(Execution)
-            .where(Execution.id.in_(ids), Execution.status.in_(("queued", "running")))
-            .values(
-                status="cancelled", error=reason, finished_at=now, lease_owner=None, lease_expires_at=None
-            )
+            execution_status.update(UNFINISHED, ExecutionStatus.CANCELLED)
+            .where(Execution.id.in_(ids))
+            .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
     return ids
@@ -415,7 +411,7 @@ async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
         await session.scalar(
             sa.select(sa.func.count())
             .select_from(Execution)
-            .where(Execution.flow_id == flow_id, Execution.status.in_(("queued", "running")))
+            .where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
         )
         or 0
     )
@@ -430,12 +426,12 @@ async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
         for status, n in (
             await session.execute(
                 sa.select(Execution.status, sa.func.count())
-                .where(Execution.status.in_(("queued", "running")))
+                .where(Execution.status.in_(UNFINISHED))
                 .group_by(Execution.status)
             )
         ).all()
     }
-    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == "queued"))
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == QUEUED))
     age = 0.0
     if oldest:
         age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))

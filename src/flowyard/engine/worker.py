@@ -33,9 +33,11 @@ from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import WORK, Notifier, finished_messages
 from flowyard.engine.pool import FlowSpec, RunnerPool
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
+from flowyard.executions.status import ExecutionStatus
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
-from flowyard.logs.models import LogEntry
+from flowyard.logs.append import append as append_logs
+from flowyard.logs.append import entry as log_entry
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 
@@ -206,7 +208,7 @@ class Worker:
                 reason = str(flow) if flow is not None else "the flow no longer exists"
                 outcome = error_outcome(
                     claimed,
-                    status="failed" if flow is not None else "cancelled",
+                    status=ExecutionStatus.FAILED if flow is not None else ExecutionStatus.CANCELLED,
                     error=reason,
                     log_message=f"execution not run: {reason}",
                 )
@@ -347,22 +349,23 @@ class Worker:
             if requeued:
                 messages.append(WORK)  # every engine claims, not only this one
             await self.notifier.stage(session, messages)
-            for e in dead:
-                session.add(
-                    LogEntry(
-                        timestamp=utcnow(),
-                        level="error",
-                        message=f"execution {e.id} failed: {e.error}",
-                        tenant=e.tenant,
-                        user_id=e.owner_user,
-                        flow_id=e.flow_id,
-                        execution_id=e.id,
-                    )
+            entries = [
+                log_entry(
+                    "error",
+                    f"execution {e.id} failed: {e.error}",
+                    tenant=e.tenant,
+                    user_id=e.owner_user,
+                    flow_id=e.flow_id,
+                    execution_id=e.id,
+                    timestamp=utcnow(),
                 )
+                for e in dead
+            ]
+            await append_logs(session, entries)
         self.notifier.committed(messages)
         metrics.lease_expiries(requeued)
         for e in dead:
-            metrics.execution_finished(e.trigger, "failed", None)
+            metrics.execution_finished(e.trigger, ExecutionStatus.FAILED, None)
         if requeued:
             self.wake()
         if dead:
