@@ -110,6 +110,7 @@ def serve(
                 api_processes=count,
                 engine=not no_engine,
                 grace=settings.stop_grace_seconds,
+                drain=settings.drain_seconds,
             )
         finally:
             metrics.remove_multiproc_dir(metrics_dir)
@@ -139,8 +140,10 @@ def _run_api(
 
     from flowyard import logconfig
     from flowyard.app import create_app
+    from flowyard.http_protocol import HttpLimits, protocol_class
 
     app = create_app(settings, run_engine=run_engine)
+    limits = HttpLimits.from_settings(settings)
     config = uvicorn.Config(
         app,
         host=host or settings.host,
@@ -149,7 +152,9 @@ def _run_api(
         log_config=logconfig.uvicorn_log_config(settings.log_format, settings.log_level),
         access_log=settings.access_log,
         loop="uvloop",
-        http="httptools",
+        # httptools, with the header, timeout and drain rules of flowyard.http_protocol.
+        http=protocol_class(limits),
+        timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
     from flowyard.server import GracefulServer
@@ -221,13 +226,24 @@ def restore(path: Path) -> None:
     default=None,
     help="Seconds past its expiry after which a lease counts as stuck (default FLOWYARD_LEASE_SECONDS).",
 )
-def check(as_json: bool, quick: bool, stuck_after: float | None) -> None:
-    """Report schema revision, pending migrations, reachability, integrity, queue depth and
-    stuck leases; exit status 1 when something is wrong. Changes nothing."""
+@click.option(
+    "--quarantine",
+    is_flag=True,
+    help="Replace each JSON cell that cannot be read with a JSON string of its raw text, and fail "
+    "the queued or running executions whose input it was.",
+)
+def check(as_json: bool, quick: bool, stuck_after: float | None, quarantine: bool) -> None:
+    """Report schema revision, pending migrations, reachability, integrity, queue depth, stuck
+    leases and JSON cells that cannot be read; exit status 1 when something is wrong. Changes
+    nothing, but with --quarantine."""
     from flowyard.ops import check as ops_check
 
     settings = _settings()
-    report = _ops(lambda: asyncio.run(ops_check.check(settings, quick=quick, stuck_after=stuck_after)))
+    report = _ops(
+        lambda: asyncio.run(
+            ops_check.check(settings, quick=quick, stuck_after=stuck_after, quarantine=quarantine)
+        )
+    )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else ops_check.render(report))
     sys.exit(0 if report.ok else 1)
 

@@ -102,6 +102,38 @@ class Settings(BaseSettings):
 
     # -- HTTP limits -------------------------------------------------------
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest accepted request body.")
+    http_max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request head (request line and all header lines); a larger one is "
+        "answered 431 and the connection closed. nginx's large_client_header_buffers 4 x 8k.",
+    )
+    http_max_headers: int = Field(
+        100,
+        ge=1,
+        description="Most header fields in one request; more are answered 431 and the connection "
+        "closed. Apache's LimitRequestFields.",
+    )
+    http_header_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a client has to send the whole request head, counted from the connection "
+        "(or from the first byte of a later request on it); then 408, or a silent close when nothing "
+        "came. nginx's client_header_timeout.",
+    )
+    http_body_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds the request body may stall between two reads; then 408 and the "
+        "connection closed. nginx's client_body_timeout.",
+    )
+    http_keepalive_timeout: float = Field(
+        75.0,
+        gt=0,
+        description="Seconds an idle keep-alive connection stays open after a response. nginx's "
+        "keepalive_timeout; longer than the 60 s upstream idle timeouts of common proxies, so "
+        "a proxy never reuses a connection the server is closing.",
+    )
     api_processes: int | None = Field(
         None,
         ge=1,

@@ -113,6 +113,17 @@ class TooManyRequests(FlowyardError):
         return {"Retry-After": str(self.retry_after)}
 
 
+class ShuttingDown(FlowyardError):
+    """The service is shutting down; try again shortly."""
+
+    status = 503
+    retry_after = 5  # seconds: by then a load balancer took the process out, or it is back
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
 class StorageUnavailable(FlowyardError):
     """Storage is unavailable; try again."""
 

@@ -92,6 +92,11 @@ class _Instruments:
         self.runners_alive = Gauge(
             "flowyard_runners_alive", "Runner processes ready for work.", multiprocess_mode="livesum"
         )
+        self.poison = c(
+            "poison_items",
+            'Items that failed alone on a batch path (docs/engine.md "One bad item fails alone").',
+            ("path",),
+        )
         self.runner_kills = c("runner_kills", "Runner processes killed or dead, by reason.", ("reason",))
         self.commit_duration = Histogram(
             "flowyard_db_commit_duration_seconds",
@@ -194,6 +199,15 @@ def runner_killed(reason: str) -> None:
     """``reason``: cpu, memory, wall, or crash (any other death of a runner)."""
     m = _m()
     m.child(m.runner_kills, reason if reason in ("cpu", "memory", "wall") else "crash").inc()
+
+
+POISON_PATHS = frozenset({"webhook", "claim", "dispatch", "outcome", "trigger", "prune", "count"})
+
+
+def poison(path: str) -> None:
+    """An item of a batch path failed alone (``engine/isolate.py``): ``path`` says which."""
+    m = _m()
+    m.child(m.poison, path if path in POISON_PATHS else "other").inc()
 
 
 def db_commit(seconds: float) -> None:

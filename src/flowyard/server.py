@@ -6,7 +6,8 @@ again (``Server.capture_signals``), so the process ends "killed by SIGTERM"
 (status -15) and a load balancer never saw it go. Here the first signal:
 
 1. marks the process draining: ``GET /health/ready`` answers 503 with
-   ``Retry-After`` while requests are still served;
+   ``Retry-After`` while requests are still served, each response closing its
+   connection (``flowyard.http_protocol``);
 2. stops the embedded engine, if any (no more claims; running executions finish
    within ``FLOWYARD_STOP_GRACE_SECONDS``; the rest goes back to the queue);
 3. after at least ``FLOWYARD_DRAIN_SECONDS``, lets uvicorn stop accepting,
@@ -29,6 +30,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+
+from flowyard.http_protocol import mark_draining
 
 log = logging.getLogger("flowyard.server")
 
@@ -73,6 +76,7 @@ class GracefulServer(uvicorn.Server):
                 loop.call_soon_threadsafe(self._force_engine)
             return
         self.app.state.draining = True
+        mark_draining(self.config)
         loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:

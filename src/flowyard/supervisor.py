@@ -15,6 +15,14 @@ exits at once. Children run in their own process group, so a terminal's Ctrl+C
 reaches them only through the supervisor (once, not twice). It holds no database connection and runs no flow:
 it is a plain loop over ``subprocess.Popen`` (uvicorn's own multiprocess
 supervisor only knows identical API workers, not the engine beside them).
+
+The listening socket outlives the API processes: the supervisor holds it until the
+engine process is done too (running executions may take ``FLOWYARD_STOP_GRACE_SECONDS``),
+and the kernel keeps completing connections on it that nobody accepts, so they would
+hang until it closes and then be reset. Once the API processes stop accepting (the drain
+time after the signal), the supervisor accepts instead and answers each request ``503``
+with ``Retry-After`` (``DrainResponder``); it takes what is still queued before it
+closes the socket.
 """
 
 from __future__ import annotations
@@ -23,14 +31,18 @@ import contextlib
 import ctypes
 import logging
 import os
+import selectors
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import orjson
 
 from flowyard import metrics
+from flowyard.errors import ShuttingDown, error_body
 
 log = logging.getLogger("flowyard.supervisor")
 
@@ -71,10 +83,120 @@ class Child:
     restarts: int = 0
 
 
+def _drain_response() -> bytes:
+    refusal = ShuttingDown()
+    body = orjson.dumps(error_body(refusal.status, refusal.problems))
+    head = [
+        "HTTP/1.1 503 Service Unavailable",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        *(f"{name.lower()}: {value}" for name, value in refusal.headers.items()),
+        "connection: close",
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@dataclass
+class _Caller:
+    deadline: float
+    head: bytes = b""
+    answered: bool = False
+
+
+@dataclass
+class DrainResponder:
+    """Answers every connection on the listening socket ``503`` with ``Retry-After``, in the
+    contract's error shape: it reads the request head (a moment at most), answers, then reads
+    what else comes until the caller closes (so the answer is not lost to a reset) or the
+    moment is over. Non-blocking, driven by ``poll`` from the supervisor's loop."""
+
+    sock: socket.socket
+    moment: float = 2.0
+    response: bytes = field(default_factory=_drain_response)
+    answered: int = 0
+
+    def __post_init__(self) -> None:
+        self.sock.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock, selectors.EVENT_READ, None)
+        self.callers: dict[socket.socket, _Caller] = {}
+        self.listening = True
+
+    def poll(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            if key.data is None:
+                self._accept()
+            else:
+                self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+        now = time.monotonic()
+        for conn, caller in list(self.callers.items()):
+            if now >= caller.deadline:
+                if not caller.answered:
+                    self._answer(conn, caller)
+                self._drop(conn)
+
+    def close(self) -> None:
+        """Take what is queued, stop listening, and finish the callers taken (a moment)."""
+        if self.listening:
+            self._accept()
+            self.selector.unregister(self.sock)
+            self.sock.close()
+            self.listening = False
+        while self.callers:
+            self.poll(0.05)
+        self.selector.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # nothing queued (BlockingIOError), or the socket is gone
+                return
+            conn.setblocking(False)
+            caller = _Caller(deadline=time.monotonic() + self.moment)
+            self.callers[conn] = caller
+            self.selector.register(conn, selectors.EVENT_READ, caller)
+
+    def _read(self, conn: socket.socket, caller: _Caller) -> None:
+        try:
+            data = conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if not data:  # the caller closed (or half-closed after its request)
+            if not caller.answered:
+                self._answer(conn, caller)
+            self._drop(conn)
+        elif not caller.answered:
+            caller.head = (caller.head + data)[-65536:]
+            if b"\r\n\r\n" in caller.head:
+                self._answer(conn, caller)
+
+    def _answer(self, conn: socket.socket, caller: _Caller) -> None:
+        caller.answered = True
+        caller.deadline = time.monotonic() + self.moment  # then read the rest until the caller closes
+        try:
+            conn.send(self.response)  # a few hundred bytes: a fresh socket's buffer takes them
+            conn.shutdown(socket.SHUT_WR)
+            self.answered += 1
+        except OSError:
+            self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        if self.callers.pop(conn, None) is not None:
+            self.selector.unregister(conn)
+        conn.close()
+
+
 class Supervisor:
-    def __init__(self, *, sock: socket.socket, api_processes: int, engine: bool, grace: float) -> None:
+    def __init__(
+        self, *, sock: socket.socket, api_processes: int, engine: bool, grace: float, drain: float
+    ) -> None:
         self.sock = sock
         self.grace = grace
+        self.drain = drain
         exe = [sys.executable, "-m", "flowyard.cli"]
         self.children = [Child(f"api-{i}", [*exe, "_api"]) for i in range(api_processes)]
         if engine:
@@ -154,16 +276,29 @@ class Supervisor:
     def _stop_all(self) -> None:
         live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
         self._signal_children()
-        deadline = time.monotonic() + self.grace + 10
+        signalled = time.monotonic()
+        deadline = signalled + self.drain + self.grace + 10
+        responder: DrainResponder | None = None
+        # A loop, not wait(): a second signal is forwarded meanwhile.
         while any(p.poll() is None for p in live) and time.monotonic() < deadline:
-            time.sleep(0.05)  # a loop, not wait(): a second signal is forwarded meanwhile
+            if responder is None and time.monotonic() >= signalled + self.drain:
+                # The API processes stop accepting now: whoever connects is answered here.
+                responder = DrainResponder(self.sock)
+            if responder is not None:
+                responder.poll(0.05)
+            else:
+                time.sleep(0.05)
         for proc in live:
             if proc.poll() is None:
                 log.warning("pid %d did not stop in time; killing it", proc.pid)
                 proc.kill()
                 proc.wait()
+        responder = responder or DrainResponder(self.sock)
+        responder.close()
+        if responder.answered:
+            log.info("answered %d requests 503 while stopping", responder.answered)
 
 
-def serve(*, host: str, port: int, api_processes: int, engine: bool, grace: float) -> int:
+def serve(*, host: str, port: int, api_processes: int, engine: bool, grace: float, drain: float) -> int:
     sock = bind(host, port)
-    return Supervisor(sock=sock, api_processes=api_processes, engine=engine, grace=grace).run()
+    return Supervisor(sock=sock, api_processes=api_processes, engine=engine, grace=grace, drain=drain).run()

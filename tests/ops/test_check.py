@@ -19,7 +19,9 @@ from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
 from flowyard.executions.models import Execution
+from flowyard.executions.service import steps_of
 from flowyard.ids import new_id
+from flowyard.logs.models import LogEntry
 from flowyard.ops.check import Report, check
 from tests.cli.test_cli import run
 from tests.engine.test_processes import _free_port
@@ -57,7 +59,7 @@ async def test_healthy_database_with_queue_and_stuck_leases(db: Database, tmp_pa
     report = await check(settings)
     assert report.ok, report.as_dict()
     checks = _by_name(report)
-    assert list(checks) == ["database", "schema", "integrity", "queue", "leases"]
+    assert list(checks) == ["database", "schema", "integrity", "queue", "leases", "json"]
     assert checks["schema"]["revision"] == migrate.script_head() and checks["schema"]["pending"] == []
     assert checks["queue"]["queued"] == 0 and checks["queue"]["running"] == 0
     assert checks["integrity"]["ok"] is True
@@ -173,3 +175,97 @@ def test_check_command_exit_status_and_json(tmp_path: Path) -> None:
     assert failed.returncode == 1
     body = json.loads(failed.stdout)
     assert body["ok"] is False and body["checks"]["leases"]["stuck"] == 1
+
+
+async def _bad_cell(db: Database, table: str, column: str, key: object, text: str) -> None:
+    """A test-only raw write of a cell the service never writes: any text in a SQLite cell,
+    what PostgreSQL's json type takes but orjson does not (1e400, a lone surrogate escape)."""
+    value = ":v" if db.is_sqlite else "CAST(CAST(:v AS text) AS json)"
+    async with db.write() as session:
+        await session.execute(
+            sa.text(f"UPDATE {table} SET {column} = {value} WHERE id = :k"), {"v": text, "k": key}
+        )
+
+
+async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, database_url=db.url.render_as_string(hide_password=False))
+    good, stuck, done, running = [await _add(db, s) for s in ("queued", "queued", "succeeded", "running")]
+    async with db.write() as session:
+        await session.execute(sa.update(Execution).values(input={"fine": [1]}))
+        session.add(LogEntry(timestamp=utcnow(), level="info", message="m", data={"x": 1}))
+    async with db.read() as session:
+        log_id = await session.scalar(sa.select(LogEntry.id))
+    bad_number = "Inf" if db.is_sqlite else "1e400"
+    await _bad_cell(db, "executions", "input", stuck, bad_number)
+    await _bad_cell(db, "executions", "input", running, '"\\ud800"')
+    await _bad_cell(db, "executions", "result", done, bad_number)
+    await _bad_cell(db, "logs", "data", log_id, '"\\udfff"')
+    if db.is_sqlite:  # nothing stops a raw write of a value deeper than the store writes
+        await _bad_cell(db, "executions", "steps", good, "[" * 200 + "]" * 200)
+
+    report = await check(settings)
+    assert not report.ok
+    found = _by_name(report)["json"]
+    assert found["ok"] is False
+    expected = {
+        ("executions", stuck, "input"),
+        ("executions", running, "input"),
+        ("executions", done, "result"),
+        ("logs", log_id, "data"),
+    } | ({("executions", good, "steps")} if db.is_sqlite else set())
+    cells = found["unreadable"]
+    assert {(c["table"], c["id"], c["column"]) for c in cells} == expected  # type: ignore[union-attr]
+    whys = {(c["id"], c["column"]): c["why"] for c in cells}  # type: ignore[union-attr]
+    assert whys[(stuck, "input")].startswith("not JSON orjson reads (")
+    assert "surrogate" in whys[(running, "input")]
+    if db.is_sqlite:
+        assert whys[(good, "steps")] == "nests deeper than 131 levels"
+    assert "flowyard check --quarantine" in str(found["summary"])
+
+    report = await check(settings, quarantine=True)
+    assert report.ok, report.as_dict()
+    done_check = _by_name(report)["json"]
+    assert done_check["quarantinedCount"] == len(expected)
+    assert sorted(done_check["failedExecutions"]) == sorted([stuck, running])  # type: ignore[arg-type]
+    async with db.read() as session:
+        rows = {
+            e.id: e
+            for e in (
+                await session.scalars(sa.select(Execution).options(sa.orm.undefer(Execution.steps)))
+            ).all()
+        }
+        logged = await session.scalar(sa.select(LogEntry.data).where(LogEntry.id == log_id))
+    # Every row reads again; each bad cell now holds its raw text as a JSON string.
+    assert rows[stuck].input == bad_number and rows[running].input == '"\\ud800"'
+    assert rows[done].result == bad_number and logged == '"\\udfff"'
+    assert rows[stuck].status == rows[running].status == "failed"
+    assert "its input could not be read (not JSON" in (rows[stuck].error or "")
+    assert rows[good].status == "queued" and rows[good].input == {"fine": [1]}
+    assert rows[done].status == "succeeded"
+    assert (await check(settings)).ok
+    if db.is_sqlite:  # a quarantined steps document is served as no steps (its text stays stored)
+        assert rows[good].steps == "[" * 200 + "]" * 200
+        assert steps_of(rows[good]) == []
+
+
+def test_check_command_names_and_quarantines_unreadable_cells(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWYARD_")}
+    env["FLOWYARD_DATA_DIR"] = str(tmp_path)
+    run("migrate", env=env)
+    eid = new_id()
+    conn = sqlite3.connect(tmp_path / "flowyard.db")
+    conn.execute(
+        "INSERT INTO executions (id, flow_id, flow_version, trigger, status, created_at, attempts, input) "
+        "VALUES (?, ?, 1, 'webhook', 'queued', '2026-01-01 00:00:00.000000', 0, 'Inf')",
+        (eid, new_id()),
+    )
+    conn.commit()
+    conn.close()
+    failed = run("check", env=env, ok=False)
+    assert failed.returncode == 1
+    assert f"FAIL  json       1 JSON cells cannot be read: executions {eid} input: not JSON" in failed.stdout
+    assert "flowyard check --quarantine" in failed.stdout
+    fixed = run("check", "--quarantine", "--json", env=env)
+    body = json.loads(fixed.stdout)
+    assert body["ok"] is True and body["checks"]["json"]["failedExecutions"] == [eid]
+    run("check", env=env)

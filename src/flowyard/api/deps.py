@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 
+from flowyard import jsonvalue
 from flowyard.api.problems import validation_problems
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -68,7 +69,8 @@ def is_json_content_type(value: str | None) -> bool:
 
 
 async def read_json(request: Request, *, required: bool = True) -> Any:
-    """The request body as JSON: 415 for another content type, 400 if it does not parse."""
+    """The request body as JSON: 415 for another content type, 400 if it does not parse or nests
+    deeper than ``jsonvalue.MAX_DEPTH``."""
     raw = await request.body()
     if not raw:
         if required:
@@ -79,7 +81,9 @@ async def read_json(request: Request, *, required: bool = True) -> Any:
     if not is_json_content_type(request.headers.get("content-type")):
         raise UnsupportedMediaType()
     try:
-        return orjson.loads(raw)
+        return jsonvalue.loads(raw)
+    except jsonvalue.TooDeep as exc:
+        raise InvalidInput(f"The body {exc}.") from None
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"The body is not valid JSON: {exc}") from None
 

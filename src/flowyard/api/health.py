@@ -6,11 +6,12 @@ from fastapi import APIRouter, Request
 
 from flowyard.api.deps import DB
 from flowyard.api.responses import JSONOut
+from flowyard.errors import ShuttingDown
 
 router = APIRouter(tags=["health"])
 
 # Seconds a load balancer should wait before asking a draining process again (it will be gone).
-_RETRY_AFTER = 5
+_RETRY_AFTER = ShuttingDown.retry_after
 
 
 @router.get("/health", summary="Liveness: the process answers")

@@ -22,6 +22,7 @@ from aiormq.abc import AbstractChannel, AbstractConnection
 from pamqp import commands as spec
 from pydantic import Field, field_validator
 
+from flowyard import jsonvalue
 from flowyard.connectors.common import (
     Pools,
     as_bytes,
@@ -172,10 +173,11 @@ async def publish(message: Message, ctx: StepContext) -> Message:
 
 
 def decode_body(body: bytes) -> Any:
-    """A broker payload as execution input: JSON when it parses, else UTF-8 text."""
+    """A broker payload as execution input: JSON when it parses (within the depth limit,
+    ``flowyard.jsonvalue``), else UTF-8 text."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
+        return jsonvalue.loads(body)
+    except (orjson.JSONDecodeError, jsonvalue.TooDeep):
         return body.decode("utf-8", errors="replace")
 
 

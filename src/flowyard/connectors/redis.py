@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from redis import exceptions as redis_errors
 from redis.asyncio.connection import SSLConnection
 
+from flowyard import jsonvalue
 from flowyard.connectors.common import (
     Pools,
     as_text,
@@ -146,8 +147,8 @@ async def _call(message: Message, ctx: StepContext, function: str) -> Message:
                     out = raw.decode("utf-8", errors="replace")
                     if f.parseJson:
                         try:
-                            out = orjson.loads(raw)
-                        except orjson.JSONDecodeError:
+                            out = jsonvalue.loads(raw)
+                        except (orjson.JSONDecodeError, jsonvalue.TooDeep):
                             pass
                 return {"data": {"key": key, "value": out}, "metadata": meta}
             if function == "set":
@@ -198,12 +199,13 @@ def _text(value: Any) -> str:
 
 def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
     """A stream entry as execution input: each field's value parsed as JSON when it parses (what
-    ``xadd`` stores for non-strings), else kept as text."""
+    ``xadd`` stores for non-strings) within the depth limit (``flowyard.jsonvalue``), else kept
+    as text."""
     out: dict[str, Any] = {}
     for k, v in fields.items():
         try:
-            out[_text(k)] = orjson.loads(v)
-        except orjson.JSONDecodeError:
+            out[_text(k)] = jsonvalue.loads(v)
+        except (orjson.JSONDecodeError, jsonvalue.TooDeep):
             out[_text(k)] = _text(v)
     return out
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from flowyard.clock import utcnow
@@ -43,7 +44,28 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+# A column that always holds an array or an object (validated before it is written).
 Json = sa.JSON
+
+
+class JsonValue(sa.JSON):
+    """A column that may hold any JSON value, scalars at the top level too.
+
+    PostgreSQL: ``json``, as ``Json``. SQLite: declared ``TEXT``, so the column has TEXT
+    affinity and keeps the serialised text as it is; a column declared ``JSON`` has NUMERIC
+    affinity, which turns the text ``42``, `` 1.0`` or ``-0`` into a number (migration 0014
+    converted the columns and the numbers older versions stored). Values are read and
+    written as ``Json`` does (flowyard.jsonvalue).
+    """
+
+    cache_ok = True
+
+
+@compiles(JsonValue, "sqlite")
+def _json_value_sqlite(type_: JsonValue, compiler: Any, **kw: Any) -> str:
+    return "TEXT"
+
+
 Id = sa.String(24)
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -23,10 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from flowyard import metrics
 from flowyard.db import sqlite_driver
 from flowyard.errors import Conflict, StorageUnavailable
-
-
-def _json_dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+from flowyard.jsonvalue import dumps_stored, loads_stored
 
 
 class Database:
@@ -37,8 +33,9 @@ class Database:
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         kwargs: dict[str, Any] = {
             "echo": echo,
-            "json_serializer": _json_dumps,
-            "json_deserializer": orjson.loads,
+            # flowyard.jsonvalue: reading is total for numbers SQLite kept in an old column.
+            "json_serializer": dumps_stored,
+            "json_deserializer": loads_stored,
         }
         if self.is_sqlite:
             # One connection per concurrent session; SQLite itself serialises writers.

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 import orjson
 import sqlalchemy as sa
 
+from flowyard import jsonvalue, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import lifecycle, queue, triggers
+from flowyard.engine import isolate, lifecycle, queue, triggers
 from flowyard.engine.components import Registry
 from flowyard.engine.models import TriggerLease
 from flowyard.engine.notify import Notifier
-from flowyard.errors import Conflict, FlowyardError
+from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailable, TooManyRequests
 from flowyard.flows.models import Flow
 from flowyard.flows.status import TRIGGERED
 from flowyard.ids import new_id
@@ -225,8 +226,20 @@ class TriggerConsumers:
 
     async def _store(self, flow_id: str, component: str, event: triggers.Event) -> None:
         """Commit the event's execution (or find the one a redelivery made); retries until it is
-        stored or the consumer is closed: an unstored event is never acknowledged."""
-        raw = orjson.dumps(event.data)
+        stored or the consumer is closed: an unstored event is never acknowledged.
+
+        A message that can never be stored (it nests deeper than ``jsonvalue.MAX_DEPTH``, its
+        data cannot be encoded, the acceptance path refuses it for good) is refused alone
+        (``engine/isolate.py``): logged with the reason, counted, and acknowledged so that the
+        broker drops it instead of redelivering it to block the messages behind it."""
+        if jsonvalue.depth_exceeds(event.data):
+            self._refuse(flow_id, component, event, str(jsonvalue.TooDeep()))
+            return
+        try:
+            raw = orjson.dumps(event.data)
+        except TypeError as exc:  # orjson.JSONEncodeError: not JSON
+            self._refuse(flow_id, component, event, isolate.reason(exc))
+            return
         request = WebhookRequest(
             flow_id=flow_id,
             payload=event.data,
@@ -245,6 +258,15 @@ class TriggerConsumers:
                 # producer reused an id. Stored nothing; acknowledged so it does not loop.
                 log.error("flow %s: %s message %s not stored: %s", flow_id, component, event.id, exc)
                 return
-            except FlowyardError:
-                # Not active yet (still starting) or the database is unavailable: try again.
+            except (NotFound, TooManyRequests, StorageUnavailable):
+                # Not active yet (still starting), over its rate or the database is unavailable:
+                # try again.
                 await asyncio.sleep(0.5)
+            except FlowyardError as exc:
+                self._refuse(flow_id, component, event, str(exc))
+                return
+
+    @staticmethod
+    def _refuse(flow_id: str, component: str, event: triggers.Event, why: str) -> None:
+        log.error("flow %s: %s message %s refused and dropped: %s", flow_id, component, event.id, why)
+        metrics.poison("trigger")

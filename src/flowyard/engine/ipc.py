@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
 
+from flowyard.engine import isolate
 from flowyard.engine.records import Claimed, Outcome, StepRecord
 
 FRAME = struct.Struct("<I")
@@ -40,6 +42,26 @@ class ProtocolError(Exception):
 def frame(messages: Any) -> bytes:
     body = orjson.dumps(messages, default=str)
     return FRAME.pack(len(body)) + body
+
+
+def frame_each(messages: Sequence[Any], on_poison: Callable[[Any, BaseException], Any | None]) -> bytes:
+    """A frame of ``messages``, each encoded on its own (``engine/isolate.py``): one that
+    cannot be encoded (nested too deep for orjson, say) goes to ``on_poison``, which may
+    return a message to send instead (it must encode), and never takes the others down."""
+    substitutes: list[bytes] = []
+
+    def poison(message: Any, exc: BaseException) -> None:
+        substitute = on_poison(message, exc)
+        if substitute is not None:
+            substitutes.append(orjson.dumps(substitute, default=str))
+
+    encoded = [body for _, body in isolate.each(messages, _dumps, poison)]
+    body = b"[" + b",".join(encoded + substitutes) + b"]"
+    return FRAME.pack(len(body)) + body
+
+
+def _dumps(message: Any) -> bytes:
+    return orjson.dumps(message, default=str)
 
 
 async def read_frame(reader: asyncio.StreamReader) -> list[Any]:

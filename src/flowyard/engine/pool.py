@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 from flowyard import metrics
 from flowyard.config import Settings
+from flowyard.engine import isolate
 from flowyard.engine.ipc import (
     SLOT_SIZE,
     VERDICTS,
@@ -43,6 +44,7 @@ from flowyard.engine.ipc import (
     Slot,
     claimed_to_wire,
     frame,
+    frame_each,
     outcome_from_wire,
     read_frame,
 )
@@ -274,8 +276,33 @@ class RunnerPool:
     def _flush(self, r: _Runner) -> None:
         batch, r.outbox = r.outbox, []
         if batch and not r.dead and r.proc is not None and r.proc.stdin is not None:
+            data = frame_each(batch, lambda message, exc: self._unsendable(r, message, exc))
             with contextlib.suppress(ConnectionError, RuntimeError):
-                r.proc.stdin.write(frame(batch))
+                r.proc.stdin.write(data)
+
+    def _unsendable(self, r: _Runner, message: Any, exc: BaseException) -> None:
+        """A message that cannot be encoded fails its own execution(s), no other
+        (``engine/isolate.py``)."""
+        why = isolate.reason(exc)
+        if message[0] == "run":
+            self._fail_alone(r, r.jobs.get(message[1]), f"its input could not be sent to a runner: {why}")
+        elif message[0] == "flow":
+            key = message[1]
+            r.flows.pop(key, None)  # not sent: sent again with the next execution of the flow
+            log.error("flow spec %s could not be sent to runner %d: %s", key, r.index, why)
+            for job in [j for j in r.jobs.values() if j.spec.key == key]:
+                self._fail_alone(r, job, f"its flow could not be sent to a runner: {why}")
+        else:
+            log.error("a %r message could not be sent to runner %d: %s", message[0], r.index, why)
+
+    def _fail_alone(self, r: _Runner, job: _Job | None, why: str) -> None:
+        if job is None:
+            return
+        r.jobs.pop(job.seq, None)
+        metrics.poison("dispatch")
+        log.error("execution %s failed: %s", job.claimed.id, why)
+        if not job.future.done():
+            job.future.set_result(error_outcome(job.claimed, status="failed", error=why, log_message=why))
 
     # -- runner life ---------------------------------------------------------------------
 
@@ -339,6 +366,10 @@ class RunnerPool:
             for message in messages:
                 job = None
                 try:
+                    if message[0] == "refused":  # the runner could not take this one
+                        _, seq, why = message
+                        self._fail_alone(r, r.jobs.get(seq), f"its runner could not take it: {why}"[:2000])
+                        continue
                     if message[0] != "done":
                         raise ProtocolError(f"unknown message {message[0]!r}")
                     _, seq, wire = message

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
+from flowyard.engine import isolate
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.executions import counters, steps
 from flowyard.executions import status as execution_status
@@ -60,12 +62,17 @@ def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
 
 
 async def enqueue(
-    session: AsyncSession, items: Sequence[NewExecution], *, skip_duplicates: bool = False
+    session: AsyncSession,
+    items: Sequence[NewExecution],
+    *,
+    skip_duplicates: bool = False,
+    count: bool = True,
 ) -> list[str]:
     """Insert queued executions and count them, in the caller's transaction.
 
     With ``skip_duplicates`` a row whose (flow, scheduled time) exists already is
-    skipped (another scheduler got there first) and not counted.
+    skipped (another scheduler got there first) and not counted. ``count=False``: not
+    counted at all (their count could not be written: ``engine/isolate.py``).
     """
     if not items:
         return []
@@ -101,7 +108,8 @@ async def enqueue(
     info: dict[str, NewExecution] = {}
     latest: dict[str, datetime] = {}
     for e in inserted:
-        counts[(e.created_at.date(), e.flow_id)] += 1
+        if count:
+            counts[(e.created_at.date(), e.flow_id)] += 1
         info[e.flow_id] = e
         latest[e.flow_id] = max(latest.get(e.flow_id, e.created_at), e.created_at)
     await counters.add_flow_counts(
@@ -209,12 +217,33 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
     return picked
 
 
-async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
+@dataclass
+class Unreadable:
+    """A claimed execution whose stored input could not be read: failed at the claim."""
+
+    id: str
+    flow_id: str
+    trigger: str
+    error: str
+
+
+async def claim(
+    session: AsyncSession,
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    unreadable: list[Unreadable] | None = None,
+) -> list[Claimed]:
     """Take up to ``limit`` queued executions, fairly across tenants (see ``_pick_fairly``).
 
     PostgreSQL: the picked rows are locked with SKIP LOCKED, so concurrent
     claimers take disjoint rows without waiting. SQLite: the caller's write
     transaction (BEGIN IMMEDIATE) makes this the only claimer.
+
+    The input comes back as text and is decoded row by row: a row whose input cannot
+    be decoded fails alone in this transaction (status ``failed``, a clear error, an
+    ``error`` log entry; appended to ``unreadable``) while the others are claimed.
     """
     now = utcnow()
     picked = await _pick_fairly(session, limit, skip_locked=dialect_name(session) == "postgresql")
@@ -236,7 +265,7 @@ async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seco
             Execution.tenant,
             Execution.owner_user,
             Execution.trigger,
-            Execution.input,
+            sa.cast(Execution.input, sa.Text).label("input"),
             Execution.attempts,
             Execution.created_at,
             Execution.scheduled_for,
@@ -244,8 +273,65 @@ async def claim(session: AsyncSession, *, worker_id: str, limit: int, lease_seco
         .execution_options(synchronize_session=False)
     )
     rows = (await session.execute(stmt)).all()
+    bad: list[tuple[Any, str]] = []
+
+    def decode(row: Any) -> Claimed:
+        return Claimed(
+            id=row.id,
+            flow_id=row.flow_id,
+            flow_version=row.flow_version,
+            tenant=row.tenant,
+            owner_user=row.owner_user,
+            trigger=row.trigger,
+            input=None if row.input is None else orjson.loads(row.input),
+            attempts=row.attempts,
+            created_at=row.created_at,
+            scheduled_for=row.scheduled_for,
+        )
+
+    def on_poison(row: Any, exc: BaseException) -> None:
+        bad.append((row, f"its input could not be read: {isolate.reason(exc)}"))
+
+    claimed = [c for _row, c in isolate.each(rows, decode, on_poison)]
+    if bad:
+        await _fail_unreadable(session, bad, now)
+        if unreadable is not None:
+            unreadable += [Unreadable(row.id, row.flow_id, row.trigger, error) for row, error in bad]
     order = {eid: i for i, eid in enumerate(picked)}
-    return sorted((Claimed(*row) for row in rows), key=lambda c: order[c.id])
+    return sorted(claimed, key=lambda c: order[c.id])
+
+
+async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]], now: datetime) -> None:
+    await session.execute(
+        sa.update(_EXECUTIONS)
+        .where(_EXECUTIONS.c.id == sa.bindparam("eid"))
+        .values(
+            status="failed",
+            error=sa.bindparam("err"),
+            finished_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        ),
+        [{"eid": row.id, "err": error} for row, error in bad],
+    )
+    await session.execute(
+        sa.insert(_LOGS),
+        [
+            {
+                "timestamp": now,
+                "level": "error",
+                "message": f"execution {row.id} failed: {error}",
+                "tenant": row.tenant,
+                "user_id": row.owner_user,
+                "flow_id": row.flow_id,
+                "execution_id": row.id,
+                "step_id": None,
+                "component_id": None,
+                "data": None,
+            }
+            for row, error in bad
+        ],
+    )
 
 
 async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:
@@ -259,12 +345,15 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
     )
 
 
-async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str) -> set[str]:
+async def complete(
+    session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str, count: bool = True
+) -> set[str]:
     """Record finished executions (with their steps), their logs and component counts in one transaction.
 
     Only executions this worker still holds are recorded: if the lease was lost
     (another worker re-ran it) or the execution was cancelled meanwhile, the
-    outcome is dropped so no execution is ever recorded twice.
+    outcome is dropped so no execution is ever recorded twice. ``count=False``: their
+    steps are not counted (the count could not be written: ``engine/isolate.py``).
     """
     if not outcomes:
         return set()
@@ -307,7 +396,7 @@ async def complete(session: AsyncSession, outcomes: Sequence[Outcome], *, worker
         await append_logs(session, logs)
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
-    for o in mine:
+    for o in mine if count else ():
         who[o.flow_id] = o
         for s in o.steps:
             if s.component_id:
@@ -404,6 +493,27 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
             .execution_options(synchronize_session=False)
         )
     return ids
+
+
+async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str) -> list[str]:
+    """Fail those of ``ids`` that are still queued or running, with ``reason`` (an execution
+    that cannot run, such as one whose input cannot be read); returns the ones failed."""
+    if not ids:
+        return []
+    unfinished = Execution.status.in_(("queued", "running"))
+    found = list(
+        (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
+    )
+    if found:
+        await session.execute(
+            sa.update(Execution)
+            .where(Execution.id.in_(found), unfinished)
+            .values(
+                status="failed", error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None
+            )
+            .execution_options(synchronize_session=False)
+        )
+    return found
 
 
 async def unfinished_count(session: AsyncSession, flow_id: str) -> int:

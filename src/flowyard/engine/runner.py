@@ -32,6 +32,7 @@ from flowyard.engine.expressions import (
     compile_mapper,
 )
 from flowyard.engine.records import Claimed, Outcome, StepRecord
+from flowyard.jsonvalue import TooDeep, depth_exceeds
 
 if TYPE_CHECKING:
     import httpx
@@ -259,6 +260,8 @@ async def run_execution(
             st.messages_in += 1
             started = time.perf_counter()
             step_logs: list[dict[str, Any]] = []
+            replied = reply[-1] if reply else None
+            deep_log = False
             timeout = settings.step_timeout
             try:
                 if node.credentials_id and node.credentials_id not in (credentials or {}):
@@ -304,7 +307,18 @@ async def run_execution(
                 st.duration += time.perf_counter() - started
                 st.finished_at = utcnow()
                 for entry in step_logs:
-                    logs.append(_log(base_log, entry["level"], entry["message"], node, entry.get("data")))
+                    data = entry.get("data")
+                    if depth_exceeds(data):  # the entry is kept without it; the step fails below
+                        data, deep_log = None, True
+                    logs.append(_log(base_log, entry["level"], entry["message"], node, data))
+            # What a step returns goes to the IPC and the store: never deeper than the limit.
+            if deep_log:
+                raise StepFailed(node_id, f"the data of a log entry it wrote {TooDeep()}")
+            for msg in out:
+                if depth_exceeds(msg["data"]) or depth_exceeds(msg["metadata"]):
+                    raise StepFailed(node_id, f"its output {TooDeep()}")
+            if reply and reply[-1] is not replied and depth_exceeds(reply[-1].body):
+                raise StepFailed(node_id, f"the body of its reply {TooDeep()}")
             st.messages_out += len(out)
             emitted += len(out)
             if emitted > settings.max_messages:

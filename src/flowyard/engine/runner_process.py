@@ -27,15 +27,19 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine, Generator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from flowyard.engine import isolate
 from flowyard.engine.ipc import (
     FRAME,
     VERDICT_CPU,
     VERDICT_MEMORY,
     Slot,
     claimed_from_wire,
-    frame,
+    frame_each,
     outcome_to_wire,
     read_frame,
 )
@@ -149,9 +153,16 @@ class RunnerProcess:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the engine closed our stdin: stop
             for message in messages:
-                self.handle(message)
+                try:
+                    self.handle(message)
+                except Exception as exc:
+                    # One message this runner cannot take fails alone (engine/isolate.py).
+                    self.refuse(message, exc)
 
     def send(self, message: Any) -> None:
+        """Queue a message for the next frame. Each is encoded on its own when the frame is
+        made (``ipc.frame_each``), so one that JSON cannot hold (an integer beyond 64 bits, a
+        key that is not a string) fails its own execution, not the frame it would have shared."""
         if not self.outbox:
             asyncio.get_running_loop().call_soon(self._flush)
         self.outbox.append(message)
@@ -159,7 +170,15 @@ class RunnerProcess:
     def _flush(self) -> None:
         batch, self.outbox = self.outbox, []
         if batch and self._transport is not None:
-            self._transport.write(frame(batch))
+            self._transport.write(frame_each(batch, _unsendable))
+
+    def refuse(self, message: Any, exc: BaseException) -> None:
+        why = isolate.reason(exc)
+        seq = message[1] if isinstance(message, list) and len(message) > 1 and message[0] == "run" else None
+        if isinstance(seq, int):
+            self.send(["refused", seq, why])
+        else:
+            print(f"flowyard runner: a message could not be handled: {why}", file=sys.stderr, flush=True)
 
     def handle(self, message: list[Any]) -> None:
         kind = message[0]
@@ -232,6 +251,17 @@ class RunnerProcess:
             self.tasks.pop(job.seq, None)
 
 
+def _unsendable(message: Any, exc: BaseException) -> Any:
+    """An outcome that cannot be encoded: its execution fails alone, the frame still goes."""
+    if isinstance(message, list) and len(message) == 3 and message[0] == "done":
+        why = f"its outcome could not be sent from its runner: {isolate.reason(exc)}"
+        print(f"flowyard runner: execution #{message[1]}: {why}", file=sys.stderr, flush=True)
+        now = datetime.now(UTC).isoformat()
+        return ["done", message[1], ["failed", None, why, now, [], [[now, "error", why, None, None, None]]]]
+    print(f"flowyard runner: a message could not be sent: {isolate.reason(exc)}", file=sys.stderr, flush=True)
+    return None
+
+
 def _read_exactly(fd: int, size: int) -> bytes:
     out = b""
     while len(out) < size:
@@ -261,8 +291,6 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
-    import orjson
-
     slot_fd = int(sys.argv[1])
     # The protocol owns the original stdout; anything a component prints goes to stderr.
     out_fd = os.dup(1)

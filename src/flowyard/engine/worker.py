@@ -17,9 +17,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,7 +28,7 @@ from flowyard import logconfig, metrics
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, queue
+from flowyard.engine import heartbeat, isolate, queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import WORK, Notifier, finished_messages
@@ -133,17 +134,43 @@ class Worker:
                     claimed = []
                     await asyncio.sleep(self.settings.poll_interval)
                 if claimed:
-                    await self._start(claimed)
+                    try:
+                        await self._start(claimed)
+                    except Exception:  # the database, for a moment: none of them started
+                        log.exception(
+                            "starting %d claimed executions failed; handing them back", len(claimed)
+                        )
+                        await self._hand_back(
+                            [c.id for c in claimed if c.id not in self._running], started=False
+                        )
+                        await asyncio.sleep(self.settings.poll_interval)
                     continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.poll_interval):
                     await self._wake.wait()
 
     async def _claim(self, limit: int) -> list[queue.Claimed]:
+        unreadable: list[queue.Unreadable] = []
+        messages: list[bytes] = []
         async with self.db.write(durable=False) as session:
-            return await queue.claim(
-                session, worker_id=self.id, limit=limit, lease_seconds=self.settings.lease_seconds
+            claimed = await queue.claim(
+                session,
+                worker_id=self.id,
+                limit=limit,
+                lease_seconds=self.settings.lease_seconds,
+                unreadable=unreadable,
             )
+            if unreadable:  # failed alone in this transaction (engine/isolate.py); waiters are told
+                messages = finished_messages((u.id, "failed", None, u.error) for u in unreadable)
+                await self.notifier.stage(session, messages)
+        if unreadable:
+            self.notifier.committed(messages)
+            for u in unreadable:
+                log.error("execution %s of flow %s failed: %s", u.id, u.flow_id, u.error)
+                metrics.poison("claim")
+                metrics.execution_finished(u.trigger, "failed", None)
+            self.hub.finish((u.id, ("failed", None, u.error)) for u in unreadable)
+        return claimed
 
     async def _start(self, claimed: list[queue.Claimed]) -> None:
         now = time.monotonic()
@@ -159,44 +186,64 @@ class Worker:
         current: dict[str, FlowSpec | FlowNotRunnable] = {}
         if missing:
             async with self.db.read() as session:
+                # As text, decoded flow by flow: one flow whose row cannot be read fails its own
+                # executions, not the claim (engine/isolate.py).
                 rows = (
                     await session.execute(
-                        sa.select(Flow.id, Flow.version, Flow.tenant, Flow.owners, Flow.graph).where(
-                            Flow.id.in_(missing)
-                        )
+                        sa.select(
+                            Flow.id,
+                            Flow.version,
+                            Flow.tenant,
+                            sa.cast(Flow.owners, sa.Text),
+                            sa.cast(Flow.graph, sa.Text),
+                        ).where(Flow.id.in_(missing))
                     )
                 ).all()
             for fid, version, tenant, owners, graph in rows:
-                # Compiled here only to vet the graph and find its credentials; runners compile
-                # their own copy from the spec.
-                compiled: CompiledFlow | FlowNotRunnable
                 try:
-                    compiled = CompiledFlow.compile(
-                        flow_id=fid,
-                        version=version,
-                        tenant=tenant,
-                        owner_user=queue.owner_user_of(owners),
-                        graph=graph,
-                        registry=self.registry,
-                    )
-                except FlowNotRunnable as exc:
-                    compiled = exc
-                if isinstance(compiled, CompiledFlow) and compiled.credential_ids:
-                    async with self.db.read() as session:
-                        compiled.credentials, _problems = await secrets.resolve(
-                            session,
-                            self.box,
-                            compiled.credential_ids,
-                            tenant=tenant,
-                            owner_user=compiled.owner_user,
-                        )
-                spec = FlowSpec.of(compiled, graph) if isinstance(compiled, CompiledFlow) else compiled
+                    spec = await self._prepare(fid, version, tenant, owners, graph)
+                except Exception as exc:
+                    if isolate.is_transient(exc):
+                        raise
+                    why = f"the flow could not be prepared: {isolate.reason(exc)}"
+                    log.error("flow %s version %s: %s", fid, version, why)
+                    metrics.poison("claim")
+                    spec = FlowNotRunnable(why)
                 self._flows[(fid, version)] = spec
                 current[fid] = spec
         metrics.executions_started([c.trigger for c in claimed])
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)
             self._running[c.id] = asyncio.create_task(self._execute(c, flow), name=f"flowyard-exec-{c.id}")
+
+    async def _prepare(
+        self, fid: str, version: int, tenant: str | None, owners: str, graph_text: str
+    ) -> FlowSpec | FlowNotRunnable:
+        """Vet a flow version for the runners: compiled here only to check the graph and find
+        its credentials (runners compile their own copy from the spec)."""
+        graph = orjson.loads(graph_text)
+        compiled: CompiledFlow | FlowNotRunnable
+        try:
+            compiled = CompiledFlow.compile(
+                flow_id=fid,
+                version=version,
+                tenant=tenant,
+                owner_user=queue.owner_user_of(orjson.loads(owners)),
+                graph=graph,
+                registry=self.registry,
+            )
+        except FlowNotRunnable as exc:
+            return exc
+        if compiled.credential_ids:
+            async with self.db.read() as session:
+                compiled.credentials, _problems = await secrets.resolve(
+                    session,
+                    self.box,
+                    compiled.credential_ids,
+                    tenant=tenant,
+                    owner_user=compiled.owner_user,
+                )
+        return FlowSpec.of(compiled, graph)
 
     async def _execute(self, claimed: queue.Claimed, flow: FlowSpec | FlowNotRunnable | None) -> None:
         logconfig.set_execution(claimed.flow_id, claimed.id, claimed.tenant)  # this task's log lines
@@ -232,26 +279,42 @@ class Worker:
                 await self._flush_once()
 
     async def _flush_once(self) -> None:
-        # One flusher at a time; a batch leaves the buffer only once it is committed,
-        # so a failed or cancelled write loses nothing.
+        # One flusher at a time; an outcome leaves the buffer only once it is committed (or
+        # settled as poison), so a failed or cancelled write loses nothing.
         async with self._flush_lock:
             batch = self._outcomes[:_FLUSH_BATCH]
             if not batch:
                 return
-            messages: list[bytes] = []
+            settled: set[int] = set()
             try:
-                async with self.db.write(durable=False) as session:
-                    held = await queue.complete(session, batch, worker_id=self.id)
-                    # Sent with the commit: API processes answer their ?wait= requests from it.
-                    messages = finished_messages(
-                        (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
-                    )
-                    await self.notifier.stage(session, messages)
-            except Exception:
-                log.exception("recording %d outcomes failed; retrying", len(batch))
+                # One transaction for the batch; an outcome that breaks it is recorded alone as
+                # failed and never blocks the others (engine/isolate.py).
+                left = await isolate.bisect(
+                    batch,
+                    lambda part: self._record(part, settled),
+                    lambda o, exc: self._record_poison(o, exc, settled),
+                )
+            finally:
+                if settled:
+                    self._outcomes = [o for o in self._outcomes if id(o) not in settled]
+            if left.items:
+                log.error(
+                    "recording %d outcomes failed (%s); retrying",
+                    len(left.items),
+                    isolate.reason(left.error) if left.error else "?",
+                )
                 await asyncio.sleep(0.5)
-                return
-            del self._outcomes[: len(batch)]
+
+    async def _record(self, batch: Sequence[queue.Outcome], settled: set[int], *, count: bool = True) -> None:
+        """Record ``batch`` in one transaction; then what follows its commit."""
+        async with self.db.write(durable=False) as session:
+            held = await queue.complete(session, batch, worker_id=self.id, count=count)
+            # Sent with the commit: API processes answer their ?wait= requests from it.
+            messages = finished_messages(
+                (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
+            )
+            await self.notifier.stage(session, messages)
+        settled.update(id(o) for o in batch)
         lost = [o.execution_id for o in batch if o.execution_id not in held]
         if lost:
             log.warning(
@@ -267,6 +330,31 @@ class Worker:
             ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
             remember=False,
         )
+
+    async def _record_poison(self, outcome: queue.Outcome, exc: BaseException, settled: set[int]) -> None:
+        """An outcome that cannot be recorded. If only its counts broke, it is recorded
+        uncounted; otherwise the execution is recorded ``failed`` with the reason, no result and
+        no steps. Raises (the outcome stays buffered) if even that cannot be written."""
+        why = isolate.reason(exc)
+        # Once more as it is (what failed may have been a moment's conflict), then, in case only
+        # its count broke (executions/counters.py), uncounted.
+        for count in (True, False):
+            try:
+                await self._record([outcome], settled, count=count)
+            except Exception as again:
+                if isolate.is_transient(again):
+                    raise
+                continue
+            if not count:
+                log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
+                metrics.poison("count")
+            return
+        error = f"its outcome could not be stored: {why}"
+        log.error("execution %s failed: %s", outcome.execution_id, error)
+        metrics.poison("outcome")
+        failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
+        await self._record([failed], set())
+        settled.add(id(outcome))
 
     async def _renewer(self) -> None:
         interval = self.settings.lease_seconds / 3
@@ -436,3 +524,19 @@ class Worker:
             "completed": self.completed,
             "pool": self.pool.stats(),
         }
+
+
+def _claimed_of(outcome: queue.Outcome) -> queue.Claimed:
+    """Who an outcome is about, for ``error_outcome`` (the rest is not needed to fail it)."""
+    return queue.Claimed(
+        id=outcome.execution_id,
+        flow_id=outcome.flow_id,
+        flow_version=0,
+        tenant=outcome.tenant,
+        owner_user=outcome.owner_user,
+        trigger="",
+        input=None,
+        attempts=0,
+        created_at=outcome.created_at,
+        scheduled_for=None,
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, Json, UTCDateTime
+from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
 
 # How long a webhook Idempotency-Key answers with the first execution.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -26,11 +26,11 @@ class Execution(Base):
     owner_user: Mapped[str | None] = mapped_column(sa.String(64))
     trigger: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # webhook | cron | manual
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False)
-    input: Mapped[Any] = mapped_column(Json, nullable=True)
-    result: Mapped[Any] = mapped_column(Json, nullable=True)
+    input: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    result: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     # The step results, one JSON document in the served shape (executions/steps.py), written
     # with the outcome by the same UPDATE: no row per step. Deferred: lists do not read it.
-    steps: Mapped[Any] = mapped_column(Json, nullable=True, deferred=True)
+    steps: Mapped[Any] = mapped_column(JsonValue, nullable=True, deferred=True)
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

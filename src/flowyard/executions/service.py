@@ -127,8 +127,9 @@ def to_dict(e: Execution) -> dict[str, Any]:
 
 
 def steps_of(e: Execution) -> list[dict[str, Any]]:
-    """The execution's step results as stored (executions/steps.py): none before it finished."""
-    return list(e.steps or [])
+    """The execution's step results as stored (executions/steps.py): none before it finished, nor
+    when ``flowyard check --quarantine`` kept an unreadable document as a string of its text."""
+    return list(e.steps) if isinstance(e.steps, list) else []
 
 
 async def list_executions(

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, Json, UTCDateTime
+from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
 
 
 class LogEntry(Base):
@@ -28,7 +28,7 @@ class LogEntry(Base):
     execution_id: Mapped[str | None] = mapped_column(Id)
     step_id: Mapped[str | None] = mapped_column(sa.String(64))
     component_id: Mapped[str | None] = mapped_column(sa.String(200))
-    data: Mapped[Any] = mapped_column(Json, nullable=True)
+    data: Mapped[Any] = mapped_column(JsonValue, nullable=True)
 
     __table_args__ = (
         sa.Index("ix_logs_tenant_id", "tenant", "id"),

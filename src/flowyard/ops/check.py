@@ -1,7 +1,7 @@
 """``flowyard check``: is this deployment's database in a state to run on?
 
-Read-only: it connects, reads and reports; it never migrates, reaps or repairs. Each check is
-``ok`` or not; the command exits non-zero when one is not.
+Read-only: it connects, reads and reports; it never migrates, reaps or repairs (but with
+``--quarantine``, below). Each check is ``ok`` or not; the command exits non-zero when one is not.
 
 - ``database``: reachable (SQLite: the file exists and opens).
 - ``schema``: the revision recorded in the database and the migrations this code would apply
@@ -12,21 +12,33 @@ Read-only: it connects, reads and reports; it never migrates, reaps or repairs. 
 - ``leases``: running executions whose lease expired more than ``stuck_after`` seconds ago. A live
   engine re-queues an expired lease within half a lease (its reaper's period), so such rows mean
   that no engine is running on this database, or that it cannot write.
+- ``json``: every JSON cell reads back (flowyard.jsonvalue): it is JSON orjson parses (PostgreSQL's
+  ``json`` type also takes ``1e400`` and lone surrogate escapes, and a raw write can put anything
+  in a SQLite cell) and nests no deeper than the store writes (``MAX_DEPTH``; an execution's
+  result and steps wrap it in up to 3 more levels). Each unreadable cell is named: table, row,
+  column and why. ``quarantine=True`` (``flowyard check --quarantine``) replaces each with a JSON
+  string holding its raw text, so nothing is lost and the row reads again, and fails the queued
+  or running executions whose input it was; the report then shows the database after that.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from flowyard.clock import isoformat, utcnow
 from flowyard.config import Settings
 from flowyard.db import migrate
+from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
+from flowyard.engine import queue as engine_queue
 from flowyard.executions.models import Execution
+from flowyard.jsonvalue import MAX_DEPTH, depth_exceeds
 from flowyard.ops.backup import inspect, sqlite_file
 
 
@@ -55,7 +67,9 @@ class Report:
         }
 
 
-async def check(settings: Settings, *, quick: bool = False, stuck_after: float | None = None) -> Report:
+async def check(
+    settings: Settings, *, quick: bool = False, stuck_after: float | None = None, quarantine: bool = False
+) -> Report:
     url = sa.make_url(settings.resolved_database_url())
     shown = url.render_as_string(hide_password=True)
     report = Report(shown, [])
@@ -95,6 +109,8 @@ async def check(settings: Settings, *, quick: bool = False, stuck_after: float |
             checks.append(await _queue(session))
             lease_grace = settings.lease_seconds if stuck_after is None else stuck_after
             checks.append(await _leases(session, lease_grace))
+        if _schema(revision).ok:  # else the columns may not be there yet: schema says migrate
+            checks.append(await _json(db, quarantine=quarantine))
     finally:
         await db.dispose()
     return report
@@ -166,6 +182,142 @@ async def _leases(session: Any, grace: float) -> Check:
             details,
         )
     return Check("leases", True, "no stuck leases", details)
+
+
+# Deeper than MAX_DEPTH only where the store wraps a value: a result is {"data": value} or
+# {"reply": {"body": value}}, a steps document [{"output": [value, ...]}, ...].
+_WRAPPED = {("executions", "result"): 2, ("executions", "steps"): 3}
+_PAGE = 1000
+_SHOWN = 50
+QUARANTINE_COMMAND = "flowyard check --quarantine"
+
+
+@dataclass
+class BadCell:
+    table: str
+    key: Any
+    column: str
+    why: str
+    raw: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "id": self.key, "column": self.column, "why": self.why}
+
+    def __str__(self) -> str:
+        return f"{self.table} {self.key} {self.column}: {self.why}"
+
+
+def _cell_problem(raw: Any, limit: int) -> str | None:
+    """Why a stored JSON cell (its raw text, or a number SQLite kept) cannot be read and served."""
+    if raw is None or isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        return None if math.isfinite(raw) else f"a number JSON cannot hold ({raw!r})"
+    if isinstance(raw, bytes):
+        return "bytes, not text"
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON orjson reads ({exc.msg}, at character {exc.pos})"
+    if raw.count("[") + raw.count("{") > limit and depth_exceeds(value, limit):
+        return f"nests deeper than {limit} levels"
+    return None
+
+
+def _json_tables() -> list[tuple[sa.Table, list[sa.Column[Any]]]]:
+    out = []
+    for table in metadata.sorted_tables:
+        columns = [c for c in table.columns if isinstance(c.type, sa.JSON)]
+        if columns:
+            out.append((table, columns))
+    return out
+
+
+async def find_bad_cells(db: Database) -> list[BadCell]:
+    """Every JSON cell that cannot be read back, table by table, a page of rows at a time."""
+    bad: list[BadCell] = []
+    for table, columns in _json_tables():
+        keys = list(table.primary_key.columns)
+        # The stored text, not the value: PostgreSQL's driver would parse a json column itself
+        # (and fail on the very cells looked for), so it casts; SQLite's cell is as it is.
+        coerce = sa.type_coerce if db.is_sqlite else sa.cast
+        raw = [coerce(c, sa.UnicodeText()).label(c.name) for c in columns]
+        last: tuple[Any, ...] | None = None
+        while True:
+            query = sa.select(*keys, *raw).order_by(*keys).limit(_PAGE)
+            if last is not None:
+                query = query.where(sa.tuple_(*keys) > sa.tuple_(*last))
+            async with db.read() as session:
+                rows = (await session.execute(query)).all()
+            for row in rows:
+                key = row[0] if len(keys) == 1 else list(row[: len(keys)])
+                for column, value in zip(columns, row[len(keys) :], strict=True):
+                    limit = MAX_DEPTH + _WRAPPED.get((table.name, column.name), 0)
+                    why = _cell_problem(value, limit)
+                    if why is not None:
+                        bad.append(BadCell(table.name, key, column.name, why, value))
+            if len(rows) < _PAGE:
+                break
+            last = tuple(rows[-1][: len(keys)])
+    return bad
+
+
+async def quarantine_cells(db: Database, bad: list[BadCell]) -> list[str]:
+    """Replace each bad cell with a JSON string of its raw text; fail the unfinished executions
+    whose input was one. Returns the executions failed."""
+    tables = {t.name: t for t, _ in _json_tables()}
+    failed: list[str] = []
+    async with db.write() as session:
+        for cell in bad:
+            table = tables[cell.table]
+            keys = list(table.primary_key.columns)
+            values = [cell.key] if len(keys) == 1 else cell.key
+            text = cell.raw if isinstance(cell.raw, str) else repr(cell.raw)
+            await session.execute(
+                sa.update(table)
+                .where(*(k == v for k, v in zip(keys, values, strict=True)))
+                .values({cell.column: text})
+            )
+        inputs = {str(c.key): c.why for c in bad if (c.table, c.column) == ("executions", "input")}
+        for eid, why in sorted(inputs.items()):
+            reason = (
+                f"its input could not be read ({why}); {QUARANTINE_COMMAND} kept its raw text as "
+                "a JSON string in the input"
+            )
+            failed += await engine_queue.fail_unfinished(session, [eid], reason)
+    return failed
+
+
+async def _json(db: Database, *, quarantine: bool) -> Check:
+    bad = await find_bad_cells(db)
+    done: dict[str, Any] = {}
+    if bad and quarantine:
+        failed = await quarantine_cells(db, bad)
+        done = {
+            "quarantined": [c.as_dict() for c in bad[:_SHOWN]],
+            "quarantinedCount": len(bad),
+            "failedExecutions": failed,
+        }
+        bad = await find_bad_cells(db)
+    details = {"unreadable": [c.as_dict() for c in bad[:_SHOWN]], "count": len(bad), **done}
+    if bad:
+        shown = "; ".join(str(c) for c in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+        return Check(
+            "json",
+            False,
+            f"{len(bad)} JSON cells cannot be read: {shown}. {QUARANTINE_COMMAND} keeps each as a "
+            "JSON string of its raw text and fails the unfinished executions whose input it was",
+            details,
+        )
+    if done:
+        return Check(
+            "json",
+            True,
+            f"quarantined {done['quarantinedCount']} JSON cells, failed {len(done['failedExecutions'])} "
+            "executions; every JSON cell reads",
+            details,
+        )
+    return Check("json", True, "every JSON cell reads", details)
 
 
 def render(report: Report) -> str:

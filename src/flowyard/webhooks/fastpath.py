@@ -28,6 +28,10 @@ ROUTE = "/webhooks/{flowId}"
 ROUTES = frozenset({("POST", ROUTE)})
 
 
+class _Disconnected(Exception):
+    """The request ended before its body did."""
+
+
 class WebhookFastPath:
     def __init__(self, app: ASGIApp, state: Any) -> None:
         self.app = app
@@ -49,6 +53,8 @@ class WebhookFastPath:
             reply = await self._handle(scope, receive, flow_id)
             status, body, headers = reply.status, orjson.dumps(reply.body), reply.headers
             metrics.webhook(None)
+        except _Disconnected:
+            return  # nobody to answer; a truncated body is never accepted
         except FlowyardError as exc:
             status = exc.status
             body = orjson.dumps(error_body(exc.status, exc.problems))
@@ -80,6 +86,9 @@ class WebhookFastPath:
                 message = await receive()
                 chunks.append(message.get("body", b""))
             raw = b"".join(chunks)
+        if message["type"] == "http.disconnect":
+            # The client went, or the server gave up on a stalled body (flowyard.http_protocol).
+            raise _Disconnected
         call = handler.parse(flow_id, scope["headers"], scope.get("query_string", b""), raw)
         state = self.state
         return await handler.handle(

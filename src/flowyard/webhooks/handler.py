@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 import orjson
 import sqlalchemy as sa
 
+from flowyard import jsonvalue
 from flowyard.api.deps import is_json_content_type
 from flowyard.db.session import Database
 from flowyard.engine.hub import CompletionHub
@@ -86,9 +87,9 @@ def parse(
 ) -> WebhookCall:
     """Read and validate a webhook request (ASGI headers, raw query string and body).
 
-    Raises the refusal in the contract's shape: 400 for ``wait``, the body or
-    ``Idempotency-Key``, 415 for a content type other than JSON. No parser text
-    goes back to the anonymous caller.
+    Raises the refusal in the contract's shape: 400 for ``wait``, the body (not JSON, or
+    nested deeper than ``jsonvalue.MAX_DEPTH``) or ``Idempotency-Key``, 415 for a content type
+    other than JSON. No parser text goes back to the anonymous caller.
     """
     content_type = idempotency_key = signature = None
     for name, value in headers:
@@ -108,7 +109,9 @@ def parse(
     if not raw:
         raise InvalidInput("A JSON body is required.")
     try:
-        payload = orjson.loads(raw)
+        payload = jsonvalue.loads(raw)
+    except jsonvalue.TooDeep as exc:
+        raise InvalidInput(f"The body {exc}.") from None
     except orjson.JSONDecodeError as exc:
         # Position only: no parser text goes back to an anonymous caller.
         raise InvalidInput(f"The body is not valid JSON (line {exc.lineno}, column {exc.colno}).") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowyard.api.docs import errors
+from flowyard.jsonvalue import MAX_DEPTH
 from flowyard.webhooks.handler import MAX_WAIT
 from flowyard.webhooks.service import SIGNATURE_FORMAT
 
@@ -55,7 +56,9 @@ OPERATION: dict[str, Any] = {
     "tags": ["webhooks"],
     "summary": "Trigger an execution of an active flow with the posted JSON",
     "description": "Anonymous. The execution row is stored durably before the answer: `202` with its id, "
-    "or with `wait` the flow's reply. Refusals carry no internal detail.",
+    "or with `wait` the flow's reply. Refusals carry no internal detail. The body is any JSON value "
+    f"(a scalar too) nesting at most {MAX_DEPTH} levels of arrays and objects; a deeper one is refused "
+    "with `400`.",
     "operationId": "receive_webhooks__flowId__post",
     "parameters": [
         _param("flowId", "path", "Id of an active flow without cron.", {"type": "string"}),

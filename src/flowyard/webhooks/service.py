@@ -17,21 +17,23 @@ import hmac
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import metrics
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.session import Database
-from flowyard.engine import queue
+from flowyard.engine import isolate, queue
 from flowyard.engine.notify import WORK, Notifier
 from flowyard.errors import (
     Conflict,
     FlowyardError,
+    InvalidInput,
     NotFound,
     StorageUnavailable,
     TooManyRequests,
@@ -238,22 +240,51 @@ class WebhookBatcher:
                 await self._commit(batch)
 
     async def _commit(self, batch: list[WebhookRequest]) -> None:
-        outcomes: dict[int, Accepted | FlowyardError] = {}
-        try:
+        """One transaction for the batch; a request that breaks it is answered alone
+        (``engine/isolate.py``) and its neighbours are stored all the same."""
+
+        async def store(part: Sequence[WebhookRequest], *, count: bool = True) -> None:
             async with self.db.write() as session:
-                outcomes = await accept_batch(session, batch, self.limits)
+                outcomes = await accept_batch(session, part, self.limits, count=count)
                 fresh = any(isinstance(o, Accepted) and not o.replayed for o in outcomes.values())
                 if fresh:  # wakes the engines, whichever process they run in, once this commits
                     await self.notifier.stage(session, [WORK])
-        except Exception as exc:
-            if len(batch) > 1:
-                # One poisoned request must not fail its neighbours: retry them one by one.
-                for req in batch:
-                    await self._commit([req])
+            self._answer(part, outcomes)
+
+        async def on_poison(req: WebhookRequest, exc: BaseException) -> None:
+            why = isolate.reason(exc)
+            # Once more as it is (a race with another process settles now: a concurrent
+            # idempotency key is found), then, in case only its count broke
+            # (executions/counters.py), uncounted.
+            for count in (True, False):
+                try:
+                    await store([req], count=count)
+                except Exception as again:
+                    if isolate.is_transient(again):
+                        raise
+                    continue
+                if not count:
+                    log.error("flow %s: a request was stored without counting it: %s", req.flow_id, why)
+                    metrics.poison("count")
                 return
-            log.exception("storing a webhook failed")
-            error = exc if isinstance(exc, FlowyardError) else StorageUnavailable()
-            outcomes = {0: error}
+            log.error("flow %s: a request could not be stored and is refused: %s", req.flow_id, why)
+            metrics.poison("webhook")
+            # Not a 503: storing it again would fail again (the reason is logged, not told).
+            self._answer([req], {0: InvalidInput("This request could not be stored.")})
+
+        left = await isolate.bisect(batch, store, on_poison)
+        if left.items:
+            log.error(
+                "storing %d webhooks failed: %s",
+                len(left.items),
+                isolate.reason(left.error) if left.error else "?",
+            )
+            error = left.error if isinstance(left.error, StorageUnavailable) else StorageUnavailable()
+            for req in left.items:
+                if req.future is not None and not req.future.done():
+                    req.future.set_exception(error)
+
+    def _answer(self, batch: Sequence[WebhookRequest], outcomes: dict[int, Accepted | FlowyardError]) -> None:
         accepted = False
         for i, req in enumerate(batch):
             result = outcomes.get(i)
@@ -271,12 +302,17 @@ class WebhookBatcher:
 
 
 async def accept_batch(
-    session: AsyncSession, batch: list[WebhookRequest], limits: WebhookLimits | None = None
+    session: AsyncSession,
+    batch: Sequence[WebhookRequest],
+    limits: WebhookLimits | None = None,
+    *,
+    count: bool = True,
 ) -> dict[int, Accepted | FlowyardError]:
     """Validate and store a batch of webhooks in the caller's transaction.
 
     Every refusal is the answer of its own request only: the others of the batch
-    are stored all the same.
+    are stored all the same. ``count=False``: the executions are not added to the
+    counts (a request whose count cannot be written, see ``WebhookBatcher._commit``).
     """
     limits = limits or WebhookLimits()
     flow_ids = sorted({r.flow_id for r in batch})
@@ -368,7 +404,7 @@ async def accept_batch(
         if req.idempotency_key is not None:
             keys_seen[(req.flow_id, req.idempotency_key)] = (req.body_hash, eid)
         out[i] = Accepted(eid, req.flow_id)
-    await queue.enqueue(session, new)
+    await queue.enqueue(session, new, count=count)
     for (flow_id, idem_key), (body_hash, eid) in keys_seen.items():
         # An expired key is replaced: the window is 24 h, not forever.
         await session.execute(

@@ -1,0 +1,91 @@
+"""What a JSON value may be in flowyard, decided once: how deep it may nest, and how it is
+read at the doors and read back from the store.
+
+Every door where JSON enters (webhook and API bodies, broker payloads) reads it with
+``loads``; the runner checks what a step returns with ``check_depth`` before it goes
+anywhere. So a value that reaches the runner IPC or the store nests at most ``MAX_DEPTH``
+levels: orjson parses up to 1,024 levels but writes only up to 254, and the runner IPC
+(a frame, a message, an outcome, the steps list, a step, the output samples) and the
+stored steps document wrap a value in a few more. The margin keeps every wrapper writable.
+
+Depth counts containers: a scalar is 0 deep, ``[]`` and ``{}`` 1, ``[[1]]`` 2.
+
+Imports nothing of flowyard: the runner processes and every layer may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+MAX_DEPTH = 128
+
+JSONDecodeError = orjson.JSONDecodeError
+
+
+class TooDeep(ValueError):
+    """A JSON value nests deeper than MAX_DEPTH."""
+
+    def __init__(self, limit: int = MAX_DEPTH) -> None:
+        self.limit = limit
+        # Completes a sentence: "The body nests deeper than 128 levels ..."
+        super().__init__(f"nests deeper than {limit} levels of arrays and objects (the limit)")
+
+
+def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON, or what a component returned) nests deeper than
+    ``limit``. Iterative: a deep value cannot exhaust the Python stack here."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                push((child, depth + 1))
+    return False
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Raise ``TooDeep`` when ``value`` nests deeper than ``limit``."""
+    if depth_exceeds(value, limit):
+        raise TooDeep(limit)
+
+
+def loads(raw: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON that enters from outside: ``orjson.JSONDecodeError`` when it is not JSON,
+    ``TooDeep`` when it nests deeper than ``MAX_DEPTH``.
+
+    A body with at most ``MAX_DEPTH`` opening brackets (counting those inside strings too)
+    cannot nest deeper: only bodies with more are walked.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in exc.msg:  # orjson's own limit (1,024): deeper than ours too
+            raise TooDeep() from None
+        raise
+    data = raw.encode() if isinstance(raw, str) else bytes(raw) if isinstance(raw, memoryview) else raw
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
+        check_depth(value)
+    return value
+
+
+def loads_stored(value: Any) -> Any:
+    """Read back a stored JSON cell (the engine's ``json_deserializer``): total for cells an
+    older flowyard let SQLite keep as a number (a column of NUMERIC affinity turned the text
+    ``42`` into the integer 42); text that is not JSON still raises (``flowyard check`` finds
+    such cells)."""
+    if isinstance(value, int | float):
+        return value
+    return orjson.loads(value)
+
+
+def dumps_stored(value: Any) -> str:
+    """Write a JSON cell (the engine's ``json_serializer``)."""
+    return orjson.dumps(value).decode()
