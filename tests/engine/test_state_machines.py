@@ -38,6 +38,7 @@ EXECUTION_ALLOWED = {
     ("running", "failed"),
     ("running", "cancelled"),
     ("queued", "cancelled"),
+    ("queued", "failed"),
 }
 
 

@@ -30,6 +30,7 @@ from flowyard.executions.models import Execution
 from flowyard.executions.status import UNFINISHED, ExecutionStatus
 from flowyard.flows.models import Flow
 from flowyard.logs.append import append as append_logs
+from flowyard.logs.append import entry as log_entry
 
 # Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
@@ -303,10 +304,9 @@ async def claim(
 
 async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]], now: datetime) -> None:
     await session.execute(
-        sa.update(_EXECUTIONS)
+        execution_status.update(RUNNING, ExecutionStatus.FAILED)  # claimed just now, in this transaction
         .where(_EXECUTIONS.c.id == sa.bindparam("eid"))
         .values(
-            status="failed",
             error=sa.bindparam("err"),
             finished_at=now,
             lease_owner=None,
@@ -314,21 +314,18 @@ async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]]
         ),
         [{"eid": row.id, "err": error} for row, error in bad],
     )
-    await session.execute(
-        sa.insert(_LOGS),
+    await append_logs(
+        session,
         [
-            {
-                "timestamp": now,
-                "level": "error",
-                "message": f"execution {row.id} failed: {error}",
-                "tenant": row.tenant,
-                "user_id": row.owner_user,
-                "flow_id": row.flow_id,
-                "execution_id": row.id,
-                "step_id": None,
-                "component_id": None,
-                "data": None,
-            }
+            log_entry(
+                "error",
+                f"execution {row.id} failed: {error}",
+                tenant=row.tenant,
+                user_id=row.owner_user,
+                flow_id=row.flow_id,
+                execution_id=row.id,
+                timestamp=now,
+            )
             for row, error in bad
         ],
     )
@@ -500,17 +497,15 @@ async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str
     that cannot run, such as one whose input cannot be read); returns the ones failed."""
     if not ids:
         return []
-    unfinished = Execution.status.in_(("queued", "running"))
+    unfinished = Execution.status.in_(UNFINISHED)
     found = list(
         (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
     )
     if found:
         await session.execute(
-            sa.update(Execution)
-            .where(Execution.id.in_(found), unfinished)
-            .values(
-                status="failed", error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None
-            )
+            execution_status.update(UNFINISHED, ExecutionStatus.FAILED)
+            .where(Execution.id.in_(found))
+            .values(error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
     return found

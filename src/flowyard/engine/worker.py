@@ -352,7 +352,9 @@ class Worker:
         error = f"its outcome could not be stored: {why}"
         log.error("execution %s failed: %s", outcome.execution_id, error)
         metrics.poison("outcome")
-        failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
+        failed = error_outcome(
+            _claimed_of(outcome), status=ExecutionStatus.FAILED, error=error, log_message=error
+        )
         await self._record([failed], set())
         settled.add(id(outcome))
 

@@ -6,6 +6,7 @@ code only reads the status, comparing with :class:`ExecutionStatus`.
     (accepted) -> queued --claim--> running --outcome--> succeeded | failed | cancelled
                     ^                  |
                     +--reap / release--+        queued | running --stop grace over--> cancelled
+                                                queued | running --input unreadable--> failed
 
 Each move is one conditional ``UPDATE executions SET status = <to> WHERE status = <from>``:
 a row that another process moved meanwhile is left alone (its UPDATE matches nothing).
@@ -56,9 +57,13 @@ MOVES: dict[tuple[ExecutionStatus, ExecutionStatus], str] = {
     (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING): "claim: a worker takes it with a lease",
     (ExecutionStatus.RUNNING, ExecutionStatus.QUEUED): "reap (its worker died) or release (it stops)",
     (ExecutionStatus.RUNNING, ExecutionStatus.SUCCEEDED): "complete: the outcome",
-    (ExecutionStatus.RUNNING, ExecutionStatus.FAILED): "complete: the outcome; reap: died too often",
+    (ExecutionStatus.RUNNING, ExecutionStatus.FAILED): "complete; reap: died too often; claim: bad input",
     (ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED): "complete: the flow is gone; stop grace over",
     (ExecutionStatus.QUEUED, ExecutionStatus.CANCELLED): "cancel_unfinished: the stop grace is over",
+    (
+        ExecutionStatus.QUEUED,
+        ExecutionStatus.FAILED,
+    ): "fail_unfinished: its input is unreadable (quarantine)",
 }
 
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
