@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -314,21 +314,24 @@ async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]]
         ),
         [{"eid": row.id, "err": error} for row, error in bad],
     )
-    await append_logs(
-        session,
-        [
-            log_entry(
-                "error",
-                f"execution {row.id} failed: {error}",
-                tenant=row.tenant,
-                user_id=row.owner_user,
-                flow_id=row.flow_id,
-                execution_id=row.id,
-                timestamp=now,
-            )
-            for row, error in bad
-        ],
-    )
+    await append_logs(session, _failure_entries(bad, now))
+
+
+def _failure_entries(failed: Iterable[tuple[Any, str | None]], now: datetime) -> list[dict[str, Any]]:
+    """The ``error`` log entry of each execution the queue fails (a row or an Execution with its
+    id, flow, tenant and owner, and the error)."""
+    return [
+        log_entry(
+            "error",
+            f"execution {row.id} failed: {error}",
+            tenant=row.tenant,
+            user_id=row.owner_user,
+            flow_id=row.flow_id,
+            execution_id=row.id,
+            timestamp=now,
+        )
+        for row, error in failed
+    ]
 
 
 async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:
@@ -418,7 +421,7 @@ async def complete(
 async def reap(
     session: AsyncSession, *, max_attempts: int, owners: Sequence[str] | None = None
 ) -> tuple[int, list[Execution]]:
-    """Re-queue executions whose worker died; fail those that keep dying.
+    """Re-queue executions whose worker died; fail those that keep dying (an ``error`` log entry each).
 
     A worker is dead when its lease expired or, with ``owners``, when it is one of
     those processes (their heartbeat stopped, ``flowyard.engine.heartbeat``): their
@@ -450,6 +453,7 @@ async def reap(
         e.finished_at = now
         e.lease_owner = None
         e.lease_expires_at = None
+    await append_logs(session, _failure_entries(((e, e.error) for e in dead), now))
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 

@@ -25,7 +25,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import logconfig, metrics
-from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import heartbeat, isolate, queue
@@ -37,8 +36,6 @@ from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
 from flowyard.executions.status import ExecutionStatus
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
-from flowyard.logs.append import append as append_logs
-from flowyard.logs.append import entry as log_entry
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 
@@ -439,19 +436,6 @@ class Worker:
             if requeued:
                 messages.append(WORK)  # every engine claims, not only this one
             await self.notifier.stage(session, messages)
-            entries = [
-                log_entry(
-                    "error",
-                    f"execution {e.id} failed: {e.error}",
-                    tenant=e.tenant,
-                    user_id=e.owner_user,
-                    flow_id=e.flow_id,
-                    execution_id=e.id,
-                    timestamp=utcnow(),
-                )
-                for e in dead
-            ]
-            await append_logs(session, entries)
         self.notifier.committed(messages)
         metrics.lease_expiries(requeued)
         for e in dead:
