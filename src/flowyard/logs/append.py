@@ -1,9 +1,11 @@
 """The one way log entries are written: :func:`append` (a batch, one executemany INSERT, for
-the hot path of recording outcomes) and :func:`append_one`. The engine (worker, lifecycle,
-scheduler, queue) calls these in its own transaction, so an entry commits with the change it
-tells of. Pruning deletes old entries in ``engine/pruner.py``; nothing else writes ``logs``.
+the hot path of recording outcomes) and :func:`append_one`. The engine (queue, lifecycle,
+scheduler) calls these in its own transaction, so an entry commits with the change it tells
+of. The runner processes build their entries as plain dicts of the same columns (they do not
+import the database layer); the queue appends them with the outcome. Pruning deletes old
+entries in ``engine/pruner.py``; nothing else writes ``logs``.
 
-Imports: the log model and SQLAlchemy only (the engine may import this module).
+Imports: the log model, the clock and SQLAlchemy only (the engine may import this module).
 """
 
 from __future__ import annotations
