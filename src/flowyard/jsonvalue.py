@@ -15,9 +15,12 @@ Imports nothing of flowyard: the runner processes and every layer may use it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
+
+log = logging.getLogger(__name__)
 
 MAX_DEPTH = 128
 
@@ -76,14 +79,28 @@ def loads(raw: bytes | bytearray | memoryview | str) -> Any:
     return value
 
 
+# What a stored cell that cannot be read is served as, so that one bad row fails alone: a
+# read of many rows (a list page, a claim) goes on, and the row says what is wrong with it.
+UNREADABLE = {
+    "unreadable": "This stored JSON value could not be read; `flowyard check` names it and "
+    "`flowyard check --quarantine` keeps its text readable."
+}
+
+
 def loads_stored(value: Any) -> Any:
-    """Read back a stored JSON cell (the engine's ``json_deserializer``): total for cells an
+    """Read back a stored JSON cell (the engine's ``json_deserializer``). Total: a cell an
     older flowyard let SQLite keep as a number (a column of NUMERIC affinity turned the text
-    ``42`` into the integer 42); text that is not JSON still raises (``flowyard check`` finds
-    such cells)."""
+    ``42`` into the integer 42) reads as that number; text that is not JSON, or nests deeper
+    than orjson reads, reads as ``UNREADABLE`` (a copy) with a warning, never as an exception
+    that would fail every other row of the same statement. The paths that must tell a bad
+    cell from a good one read it as text and use ``loads`` (the claim, ``flowyard check``)."""
     if isinstance(value, int | float):
         return value
-    return orjson.loads(value)
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        log.warning("a stored JSON value could not be read (%s); run `flowyard check`", exc.msg)
+        return dict(UNREADABLE)
 
 
 def dumps_stored(value: Any) -> str:

@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard import jsonvalue
 from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -217,6 +218,18 @@ async def test_a_row_whose_input_cannot_be_read_fails_alone_at_the_claim(
     assert error is not None and error.startswith("its input could not be read: JSONDecodeError"), error
     assert finished_at is not None
     assert await error_logs(db, poison) == [f"execution {poison} failed: {error}"]
+    # The read API serves the row (its input as the marker, never a 500) and every list page
+    # that holds it, with the good rows as they are.
+    r = await c.get(f"/executions/{poison}", headers=who.headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["input"] == jsonvalue.UNREADABLE
+    assert r.json()["data"]["status"] == "failed"
+    r = await c.get("/executions", params={"page[size]": 100}, headers=who.headers)
+    assert r.status_code == 200, r.text
+    inputs = {e["id"]: e["input"] for e in r.json()["data"]}
+    assert set(inputs) == set(ids) and inputs[poison] == jsonvalue.UNREADABLE
+    good_inputs = sorted(inputs[eid]["n"] for eid in good)
+    assert len(set(good_inputs)) == 8 and set(good_inputs) < set(range(9)), good_inputs
     # The queue goes on: a new webhook runs.
     r = await c.post(f"/webhooks/{fid}", json={"after": True})
     assert r.status_code == 202
