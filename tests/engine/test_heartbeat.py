@@ -176,7 +176,7 @@ async def test_a_dead_process_frees_its_trigger_leases_in_the_take_back(db: Data
         assert not await triggers.take(session, "f-dead-1", "sweeper", now, 30)
     async with db.write() as session:
         dead = await heartbeat.take_dead(session, me="sweeper", after_seconds=3)
-        freed = await triggers.free_dead(session, dead)
+        freed = await heartbeat.free_trigger_leases(session, dead)
     assert dead == ["dead-one"] and freed == ["f-dead-1", "f-dead-2"]
     async with db.read() as session:
         rows = {
@@ -191,7 +191,7 @@ async def test_a_dead_process_frees_its_trigger_leases_in_the_take_back(db: Data
         assert await triggers.take(session, "f-dead-1", "sweeper", now, 30)
     async with db.write() as session:
         assert not await triggers.take(session, "f-dead-1", "alive-one", now, 30), "one taker"
-        assert await triggers.free_dead(session, []) == []
+        assert await heartbeat.free_trigger_leases(session, []) == []
 
 
 async def test_a_reused_pid_of_this_host_is_dead_at_once_on_sqlite(db: Database) -> None:

@@ -39,22 +39,22 @@ async def passthrough(message: Message, _ctx: StepContext) -> Message:
     return message
 
 
-WEBHOOK = Component(
-    id="webhook",
-    description="Trigger: receives the JSON posted to the flow's webhook and passes it on.",
-    functions={"receive": passthrough},
-    default_function="receive",
-    fields=_Fields,
+WEBHOOK = Component.single(
+    "webhook",
+    "Trigger: receives the JSON posted to the flow's webhook and passes it on.",
+    "receive",
+    passthrough,
+    _Fields,
     trigger=True,
     awaits=False,
 )
 
-SCHEDULE = Component(
-    id="schedule",
-    description="Trigger: starts the flow on its cron schedule with the scheduled time as data.",
-    functions={"tick": passthrough},
-    default_function="tick",
-    fields=_Fields,
+SCHEDULE = Component.single(
+    "schedule",
+    "Trigger: starts the flow on its cron schedule with the scheduled time as data.",
+    "tick",
+    passthrough,
+    _Fields,
     trigger=True,
     awaits=False,
 )
@@ -75,12 +75,12 @@ async def jsonata_transform(message: Message, ctx: StepContext) -> Message:
     return {"data": result, "metadata": message["metadata"]}
 
 
-JSONATA = Component(
-    id="jsonata",
-    description="Transform the message data with a JSONata expression.",
-    functions={"transform": jsonata_transform},
-    default_function="transform",
-    fields=JsonataFields,
+JSONATA = Component.single(
+    "jsonata",
+    "Transform the message data with a JSONata expression.",
+    "transform",
+    jsonata_transform,
+    JsonataFields,
     awaits=False,
 )
 
@@ -102,12 +102,12 @@ async def filter_messages(message: Message, ctx: StepContext) -> Message | None:
     return message if truthy(compile_expression(ctx.fields.condition).evaluate(message["data"])) else None
 
 
-FILTER = Component(
-    id="filter",
-    description="Drop the message unless a JSONata condition holds.",
-    functions={"filter": filter_messages},
-    default_function="filter",
-    fields=FilterFields,
+FILTER = Component.single(
+    "filter",
+    "Drop the message unless a JSONata condition holds.",
+    "filter",
+    filter_messages,
+    FilterFields,
     awaits=False,
 )
 
@@ -130,12 +130,12 @@ async def split_array(message: Message, ctx: StepContext) -> list[Message]:
     return [{"data": item, "metadata": {**meta, "splitIndex": i}} for i, item in enumerate(items)]
 
 
-SPLIT = Component(
-    id="split",
-    description="Emit one message per element of an array.",
-    functions={"split": split_array},
-    default_function="split",
-    fields=SplitFields,
+SPLIT = Component.single(
+    "split",
+    "Emit one message per element of an array.",
+    "split",
+    split_array,
+    SplitFields,
     awaits=False,
 )
 
@@ -153,12 +153,12 @@ async def log_message(message: Message, ctx: StepContext) -> Message:
     return message
 
 
-LOG = Component(
-    id="log",
-    description="Write the message to the flow's logs and pass it on.",
-    functions={"log": log_message},
-    default_function="log",
-    fields=LogFields,
+LOG = Component.single(
+    "log",
+    "Write the message to the flow's logs and pass it on.",
+    "log",
+    log_message,
+    LogFields,
     awaits=False,
 )
 
@@ -172,12 +172,12 @@ async def delay(message: Message, ctx: StepContext) -> Message:
     return message
 
 
-DELAY = Component(
-    id="delay",
-    description="Wait, then pass the message on (bounded by the step timeout).",
-    functions={"delay": delay},
-    default_function="delay",
-    fields=DelayFields,
+DELAY = Component.single(
+    "delay",
+    "Wait, then pass the message on (bounded by the step timeout).",
+    "delay",
+    delay,
+    DelayFields,
 )
 
 
@@ -202,12 +202,12 @@ async def respond(message: Message, ctx: StepContext) -> Message:
     return message
 
 
-RESPOND = Component(
-    id="respond",
-    description="Set the reply of a synchronous webhook call (?wait=) and pass the message on.",
-    functions={"respond": respond},
-    default_function="respond",
-    fields=RespondFields,
+RESPOND = Component.single(
+    "respond",
+    "Set the reply of a synchronous webhook call (?wait=) and pass the message on.",
+    "respond",
+    respond,
+    RespondFields,
     awaits=False,
 )
 
@@ -337,13 +337,13 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     }
 
 
-HTTP = Component(
-    id="http",
-    description="Make an HTTP request; emits {status, headers, body}. Credentials: {token} (Bearer), "
+HTTP = Component.single(
+    "http",
+    "Make an HTTP request; emits {status, headers, body}. Credentials: {token} (Bearer), "
     "{username, password} (Basic) or {headers}.",
-    functions={"request": http_request},
-    default_function="request",
-    fields=HttpFields,
+    "request",
+    http_request,
+    HttpFields,
 )
 
 ALL: tuple[Component, ...] = (WEBHOOK, SCHEDULE, JSONATA, FILTER, SPLIT, HTTP, LOG, DELAY, RESPOND)

@@ -54,6 +54,29 @@ class Component:
             if name not in self.functions:
                 raise ValueError(f"component {self.id}: trigger {name!r} has no function of that name")
 
+    @classmethod
+    def single(
+        cls,
+        id: str,
+        description: str,
+        function: str,
+        run: ComponentFunction,
+        fields: type[BaseModel] | None = None,
+        *,
+        trigger: bool = False,
+        awaits: bool = True,
+    ) -> Component:
+        """A component with one function, which is its default (every built-in)."""
+        return cls(
+            id=id,
+            description=description,
+            functions={function: run},
+            default_function=function,
+            fields=fields,
+            trigger=trigger,
+            awaits=awaits,
+        )
+
     def fields_schema(self) -> dict[str, Any]:
         if self.fields is None:
             return {"type": "object"}

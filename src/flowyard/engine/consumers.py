@@ -3,7 +3,7 @@
 The holder of a lease is the engine's heartbeat id (``Worker.id``, passed in as
 ``holder``): when the process dies, the engine that sees its heartbeat stop frees
 its leases in the same transaction and wakes its consumers, which take them over
-at once (``Worker._take_back``, ``triggers.free_dead``).
+at once (``Worker._take_back``, ``heartbeat.free_trigger_leases``).
 
 Every pass (a third of ``FLOWYARD_LEASE_SECONDS``) an engine process renews the
 trigger leases it holds, takes free or expired leases of flows that are
@@ -38,6 +38,7 @@ from flowyard.engine.models import TriggerLease
 from flowyard.engine.notify import Notifier
 from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailable, TooManyRequests
 from flowyard.flows.models import Flow
+from flowyard.flows.status import TRIGGERED
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
@@ -124,7 +125,7 @@ class TriggerConsumers:
                     .limit(10000)
                 )
             ).all()
-        wanted = {r[0] for r in rows if r[3] in ("starting", "active")}
+        wanted = {r[0] for r in rows if r[3] in TRIGGERED}
         for fid in list(self.consumers):
             if fid not in held:
                 log.warning("trigger lease of flow %s lost; closing its consumer", fid)
@@ -132,7 +133,7 @@ class TriggerConsumers:
             elif fid not in wanted or self.consumers[fid].task.done():
                 await self._close(fid, release="delete" if fid not in wanted else "free")
         for fid, holder, expires_at, status in rows:
-            if status not in ("starting", "active") or fid in self.consumers:
+            if status not in TRIGGERED or fid in self.consumers:
                 continue
             if holder is not None and expires_at is not None and expires_at > now:
                 continue

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, UTCDateTime
 from flowyard.db.dialect import db_now, dialect_name
+from flowyard.engine.models import TriggerLease
 
 
 class ProcessHeartbeat(Base):
@@ -134,3 +135,19 @@ async def take_dead(session: AsyncSession, *, me: str, after_seconds: float) -> 
             dead = sa.or_(dead, ProcessHeartbeat.id.in_(gone))
     taken = await session.scalars(sa.delete(ProcessHeartbeat).where(dead).returning(ProcessHeartbeat.id))
     return sorted(taken.all())
+
+
+async def free_trigger_leases(session: AsyncSession, holders: list[str]) -> list[str]:
+    """Free the leases of processes whose heartbeat stopped (the caller deleted their heartbeat
+    rows in this transaction, so exactly one process frees them); returns the flows freed. A
+    live engine then takes each with ``take`` like any free lease."""
+    if not holders:
+        return []
+    freed = await session.scalars(
+        sa.update(TriggerLease)
+        .where(TriggerLease.holder.in_(holders))
+        .values(holder=None, expires_at=None, subscribed_at=None)
+        .returning(TriggerLease.flow_id)
+        .execution_options(synchronize_session=False)
+    )
+    return sorted(freed.all())

@@ -6,9 +6,11 @@ flow stays in transit longer than the configured bound."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import metrics
 from flowyard.clock import utcnow
@@ -18,8 +20,10 @@ from flowyard.engine.components import Registry
 from flowyard.engine.cron import CronError, next_after, validate_cron
 from flowyard.engine.models import TriggerLease
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable
+from flowyard.flows import status as flow_status
 from flowyard.flows.models import Flow
-from flowyard.logs.models import LogEntry
+from flowyard.flows.status import FlowStatus
+from flowyard.logs.append import append_one
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 
@@ -38,7 +42,7 @@ async def reconcile(
         rows = (
             await session.execute(
                 sa.select(Flow.id, Flow.status, Flow.status_changed_at)
-                .where(Flow.status.in_(("starting", "stopping")))
+                .where(Flow.status.in_(flow_status.IN_TRANSIT))
                 .order_by(Flow.status_changed_at)
                 .limit(500)
             )
@@ -46,7 +50,7 @@ async def reconcile(
     moved = 0
     for flow_id, status, changed_at in rows:
         try:
-            if status == "starting":
+            if status == FlowStatus.STARTING:
                 moved += await _start(db, registry, box, flow_id, bound)
             else:
                 moved += await _stop(db, flow_id, min(stop_grace, bound), bound)
@@ -64,24 +68,25 @@ async def reconcile(
 
 async def _force_inactive(db: Database, flow_id: str, status: str, reason: str) -> int:
     async with db.write() as session:
-        if status == "stopping":
+        if status == FlowStatus.STOPPING:
             await queue.cancel_unfinished(session, flow_id, f"cancelled: {reason}")
         await triggers.drop(session, flow_id)
-        result = await session.execute(
-            sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.status == status)
-            .values(
-                status="inactive", status_changed_at=utcnow(), status_message=reason[:2000], next_run_at=None
-            )
-            .execution_options(synchronize_session=False)
+        moved = await flow_status.move(
+            session,
+            flow_id,
+            FlowStatus(status),
+            FlowStatus.INACTIVE,
+            at=utcnow(),
+            message=reason[:2000],
+            next_run_at=None,
         )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return int(moved)
 
 
 async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str, bound: float) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
-        if flow is None or flow.status != "starting":
+        if flow is None or flow.status != FlowStatus.STARTING:
             return 0
         now = utcnow()
         message = None
@@ -120,38 +125,27 @@ async def _start(db: Database, registry: Registry, box: SecretBox, flow_id: str,
                 )
         if message:
             await triggers.drop(session, flow.id)
-        values = (
-            {"status": "inactive", "status_message": message, "next_run_at": None}
-            if message
-            else {"status": "active", "status_message": None, "next_run_at": next_run}
+        to = FlowStatus.INACTIVE if message else FlowStatus.ACTIVE
+        moved = await flow_status.move(
+            session,
+            flow_id,
+            FlowStatus.STARTING,
+            to,
+            at=now,
+            message=message,
+            next_run_at=None if message else next_run,
         )
-        result = await session.execute(
-            sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.status == "starting")
-            .values(status_changed_at=now, **values)
-            .execution_options(synchronize_session=False)
-        )
-        moved = int(result.rowcount or 0)  # type: ignore[attr-defined]
         if message:
-            session.add(
-                LogEntry(
-                    timestamp=now,
-                    level="error",
-                    message=message,
-                    tenant=flow.tenant,
-                    user_id=queue.owner_user_of(flow.owners),
-                    flow_id=flow.id,
-                )
-            )
+            await _log(session, flow, "error", message, now)
     if moved:
-        metrics.lifecycle_move(str(values["status"]))  # committed
-    return moved
+        metrics.lifecycle_move(to)  # committed
+    return int(moved)
 
 
 async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> int:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
-        if flow is None or flow.status != "stopping":
+        if flow is None or flow.status != FlowStatus.STOPPING:
             return 0
         now = utcnow()
         lease = await session.get(TriggerLease, flow_id)
@@ -168,27 +162,35 @@ async def _stop(db: Database, flow_id: str, stop_grace: float, bound: float) -> 
                 session, flow_id, f"cancelled: the flow was stopped and {stop_grace:g} s of grace ran out"
             )
             message = f"Stopped; {len(cancelled)} unfinished execution(s) cancelled after the grace period."
-            session.add(
-                LogEntry(
-                    timestamp=now,
-                    level="warn",
-                    message=message,
-                    tenant=flow.tenant,
-                    user_id=queue.owner_user_of(flow.owners),
-                    flow_id=flow.id,
-                    data={"cancelled": cancelled[:100]},
-                )
-            )
-        result = await session.execute(
-            sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.status == "stopping")
-            .values(status="inactive", status_changed_at=now, status_message=message, next_run_at=None)
-            .execution_options(synchronize_session=False)
+            await _log(session, flow, "warn", message, now, data={"cancelled": cancelled[:100]})
+        moved = await flow_status.move(
+            session,
+            flow_id,
+            FlowStatus.STOPPING,
+            FlowStatus.INACTIVE,
+            at=now,
+            message=message,
+            next_run_at=None,
         )
-        moved = int(result.rowcount or 0)  # type: ignore[attr-defined]
     if moved:
-        metrics.lifecycle_move("inactive")
-    return moved
+        metrics.lifecycle_move(FlowStatus.INACTIVE)
+    return int(moved)
+
+
+async def _log(
+    session: AsyncSession, flow: Flow, level: str, message: str, now: datetime, data: Any = None
+) -> None:
+    """A log entry about the flow's move (``logs.append``), committed with it."""
+    await append_one(
+        session,
+        level,
+        message,
+        timestamp=now,
+        tenant=flow.tenant,
+        user_id=queue.owner_user_of(flow.owners),
+        flow_id=flow.id,
+        data=data,
+    )
 
 
 async def trigger_status(db: Database, flow_id: str, message: str | None) -> None:
@@ -197,7 +199,7 @@ async def trigger_status(db: Database, flow_id: str, message: str | None) -> Non
     async with db.write() as session:
         await session.execute(
             sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.status.in_(("starting", "active")))
+            .where(Flow.id == flow_id, Flow.status.in_(flow_status.TRIGGERED))
             .values(status_message=message[:2000] if message else None)
             .execution_options(synchronize_session=False)
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -25,13 +25,16 @@ from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.engine import isolate
 from flowyard.engine.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.executions import counters, steps
+from flowyard.executions import status as execution_status
 from flowyard.executions.models import Execution
+from flowyard.executions.status import UNFINISHED, ExecutionStatus
 from flowyard.flows.models import Flow
-from flowyard.logs.models import LogEntry
+from flowyard.logs.append import append as append_logs
+from flowyard.logs.append import entry as log_entry
 
 # Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
 _EXECUTIONS = cast(sa.Table, Execution.__table__)
-_LOGS = cast(sa.Table, LogEntry.__table__)
+RUNNING, QUEUED = ExecutionStatus.RUNNING, ExecutionStatus.QUEUED
 
 
 @dataclass
@@ -82,7 +85,7 @@ async def enqueue(
             "tenant": e.tenant,
             "owner_user": e.owner_user,
             "trigger": e.trigger,
-            "status": "queued",
+            "status": ExecutionStatus.QUEUED,
             "input": e.input,
             "created_at": e.created_at,
             "scheduled_for": e.scheduled_for,
@@ -171,7 +174,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
         for grp, n in (
             await session.execute(
                 sa.select(Execution.queue_group, sa.func.count())
-                .where(Execution.status == "running")
+                .where(Execution.status == RUNNING)
                 .group_by(Execution.queue_group)
             )
         ).all()
@@ -191,7 +194,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
         for grp in sorted(want, key=lambda g: heads[g]):
             pick = (
                 sa.select(Execution.id)
-                .where(Execution.status == "queued", Execution.queue_group == grp)
+                .where(Execution.status == QUEUED, Execution.queue_group == grp)
                 .order_by(Execution.id)
                 .limit(want[grp])
             )
@@ -205,7 +208,7 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
             if len(ids) < want[grp]:
                 open_groups.discard(grp)  # drained (or the rest is locked by another claimer)
     if len(picked) < limit:
-        rest = sa.select(Execution.id).where(Execution.status == "queued").order_by(Execution.id)
+        rest = sa.select(Execution.id).where(Execution.status == QUEUED).order_by(Execution.id)
         if picked:
             rest = rest.where(Execution.id.not_in(picked))
         rest = rest.limit(limit - len(picked))
@@ -248,10 +251,9 @@ async def claim(
     if not picked:
         return []
     stmt = (
-        sa.update(Execution)
-        .where(Execution.id.in_(picked), Execution.status == "queued")
+        execution_status.update(QUEUED, RUNNING)
+        .where(Execution.id.in_(picked))
         .values(
-            status="running",
             lease_owner=worker_id,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             started_at=sa.func.coalesce(Execution.started_at, now),
@@ -302,10 +304,9 @@ async def claim(
 
 async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]], now: datetime) -> None:
     await session.execute(
-        sa.update(_EXECUTIONS)
+        execution_status.update(RUNNING, ExecutionStatus.FAILED)  # claimed just now, in this transaction
         .where(_EXECUTIONS.c.id == sa.bindparam("eid"))
         .values(
-            status="failed",
             error=sa.bindparam("err"),
             finished_at=now,
             lease_owner=None,
@@ -313,24 +314,24 @@ async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]]
         ),
         [{"eid": row.id, "err": error} for row, error in bad],
     )
-    await session.execute(
-        sa.insert(_LOGS),
-        [
-            {
-                "timestamp": now,
-                "level": "error",
-                "message": f"execution {row.id} failed: {error}",
-                "tenant": row.tenant,
-                "user_id": row.owner_user,
-                "flow_id": row.flow_id,
-                "execution_id": row.id,
-                "step_id": None,
-                "component_id": None,
-                "data": None,
-            }
-            for row, error in bad
-        ],
-    )
+    await append_logs(session, _failure_entries(bad, now))
+
+
+def _failure_entries(failed: Iterable[tuple[Any, str | None]], now: datetime) -> list[dict[str, Any]]:
+    """The ``error`` log entry of each execution the queue fails (a row or an Execution with its
+    id, flow, tenant and owner, and the error)."""
+    return [
+        log_entry(
+            "error",
+            f"execution {row.id} failed: {error}",
+            tenant=row.tenant,
+            user_id=row.owner_user,
+            flow_id=row.flow_id,
+            execution_id=row.id,
+            timestamp=now,
+        )
+        for row, error in failed
+    ]
 
 
 async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:
@@ -338,7 +339,7 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
         return
     await session.execute(
         sa.update(Execution)
-        .where(Execution.id.in_(list(ids)), Execution.status == "running", Execution.lease_owner == worker_id)
+        .where(Execution.id.in_(list(ids)), Execution.status == RUNNING, Execution.lease_owner == worker_id)
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
     )
@@ -358,7 +359,7 @@ async def complete(
         return set()
     ids = [o.execution_id for o in outcomes]
     held_q = sa.select(Execution.id).where(
-        Execution.id.in_(ids), Execution.status == "running", Execution.lease_owner == worker_id
+        Execution.id.in_(ids), Execution.status == RUNNING, Execution.lease_owner == worker_id
     )
     if dialect_name(session) == "postgresql":
         held_q = held_q.with_for_update()
@@ -368,10 +369,9 @@ async def complete(
         return held
     table = _EXECUTIONS
     await session.execute(
-        sa.update(table)
+        execution_status.update(RUNNING, sa.bindparam("st"))
         .where(table.c.id == sa.bindparam("eid"))
         .values(
-            status=sa.bindparam("st"),
             result=sa.bindparam("res"),
             steps=sa.bindparam("stp"),
             error=sa.bindparam("err"),
@@ -382,7 +382,7 @@ async def complete(
         [
             {
                 "eid": o.execution_id,
-                "st": o.status,
+                "st": execution_status.check(RUNNING, o.status),
                 "res": o.result,
                 "stp": steps.document(o.steps),
                 "err": o.error,
@@ -393,7 +393,7 @@ async def complete(
     )
     logs = [entry for o in mine for entry in o.logs]
     if logs:
-        await session.execute(sa.insert(_LOGS), logs)
+        await append_logs(session, logs)
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine if count else ():
@@ -421,7 +421,7 @@ async def complete(
 async def reap(
     session: AsyncSession, *, max_attempts: int, owners: Sequence[str] | None = None
 ) -> tuple[int, list[Execution]]:
-    """Re-queue executions whose worker died; fail those that keep dying.
+    """Re-queue executions whose worker died; fail those that keep dying (an ``error`` log entry each).
 
     A worker is dead when its lease expired or, with ``owners``, when it is one of
     those processes (their heartbeat stopped, ``flowyard.engine.heartbeat``): their
@@ -433,26 +433,27 @@ async def reap(
     now = utcnow()
     died = Execution.lease_owner.in_(list(owners)) if owners is not None else Execution.lease_expires_at < now
     requeued = await session.execute(
-        sa.update(Execution)
-        .where(Execution.status == "running", died, Execution.attempts < max_attempts)
-        .values(status="queued", lease_owner=None, lease_expires_at=None)
+        execution_status.update(RUNNING, QUEUED)
+        .where(died, Execution.attempts < max_attempts)
+        .values(lease_owner=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
     dead = list(
         (
             await session.scalars(
                 sa.select(Execution).where(
-                    Execution.status == "running", died, Execution.attempts >= max_attempts
+                    Execution.status == RUNNING, died, Execution.attempts >= max_attempts
                 )
             )
         ).all()
     )
     for e in dead:
-        e.status = "failed"
+        e.status = execution_status.check(RUNNING, ExecutionStatus.FAILED)  # loaded under this transaction
         e.error = f"abandoned: its worker died {e.attempts} times while running it"
         e.finished_at = now
         e.lease_owner = None
         e.lease_expires_at = None
+    await append_logs(session, _failure_entries(((e, e.error) for e in dead), now))
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 
@@ -463,12 +464,12 @@ async def release(session: AsyncSession, *, worker_id: str, ids: Sequence[str], 
     """
     if not ids:
         return 0
-    values: dict[str, Any] = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
+    values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
     if not started:
         values["attempts"] = Execution.attempts - 1
     result = await session.execute(
-        sa.update(Execution)
-        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id, Execution.status == "running")
+        execution_status.update(RUNNING, QUEUED)
+        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
@@ -481,19 +482,15 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
     ids = list(
         (
             await session.scalars(
-                sa.select(Execution.id).where(
-                    Execution.flow_id == flow_id, Execution.status.in_(("queued", "running"))
-                )
+                sa.select(Execution.id).where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
             )
         ).all()
     )
     if ids:
         await session.execute(
-            sa.update(Execution)
-            .where(Execution.id.in_(ids), Execution.status.in_(("queued", "running")))
-            .values(
-                status="cancelled", error=reason, finished_at=now, lease_owner=None, lease_expires_at=None
-            )
+            execution_status.update(UNFINISHED, ExecutionStatus.CANCELLED)
+            .where(Execution.id.in_(ids))
+            .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
     return ids
@@ -504,17 +501,15 @@ async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str
     that cannot run, such as one whose input cannot be read); returns the ones failed."""
     if not ids:
         return []
-    unfinished = Execution.status.in_(("queued", "running"))
+    unfinished = Execution.status.in_(UNFINISHED)
     found = list(
         (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
     )
     if found:
         await session.execute(
-            sa.update(Execution)
-            .where(Execution.id.in_(found), unfinished)
-            .values(
-                status="failed", error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None
-            )
+            execution_status.update(UNFINISHED, ExecutionStatus.FAILED)
+            .where(Execution.id.in_(found))
+            .values(error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
     return found
@@ -525,7 +520,7 @@ async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
         await session.scalar(
             sa.select(sa.func.count())
             .select_from(Execution)
-            .where(Execution.flow_id == flow_id, Execution.status.in_(("queued", "running")))
+            .where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
         )
         or 0
     )
@@ -540,12 +535,12 @@ async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
         for status, n in (
             await session.execute(
                 sa.select(Execution.status, sa.func.count())
-                .where(Execution.status.in_(("queued", "running")))
+                .where(Execution.status.in_(UNFINISHED))
                 .group_by(Execution.status)
             )
         ).all()
     }
-    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == "queued"))
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == QUEUED))
     age = 0.0
     if oldest:
         age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))

@@ -19,8 +19,9 @@ from flowyard.db.session import Database
 from flowyard.engine import queue
 from flowyard.engine.cron import next_after
 from flowyard.flows.models import Flow
+from flowyard.flows.status import FlowStatus
 from flowyard.ids import new_id
-from flowyard.logs.models import LogEntry
+from flowyard.logs.append import append_one
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,12 @@ async def fire_due(db: Database, *, overlap: str) -> list[str]:
 async def _fire(db: Database, flow_id: str, tick: datetime, now: datetime, overlap: str) -> str | None:
     async with db.write() as session:
         flow = await session.get(Flow, flow_id)
-        if flow is None or flow.status != "active" or not flow.cron or flow.next_run_at != tick:
+        if flow is None or flow.status != FlowStatus.ACTIVE or not flow.cron or flow.next_run_at != tick:
             return None  # another scheduler claimed it, or the flow changed
         following = next_after(flow.cron, now)
         claimed = await session.execute(
             sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.next_run_at == tick, Flow.status == "active")
+            .where(Flow.id == flow_id, Flow.next_run_at == tick, Flow.status == FlowStatus.ACTIVE)
             .values(next_run_at=following)
             .execution_options(synchronize_session=False)
         )
@@ -82,15 +83,14 @@ async def _fire(db: Database, flow_id: str, tick: datetime, now: datetime, overl
             return None
         owner = queue.owner_user_of(flow.owners)
         if overlap == "skip" and await queue.unfinished_count(session, flow_id):
-            session.add(
-                LogEntry(
-                    timestamp=now,
-                    level="warn",
-                    tenant=flow.tenant,
-                    user_id=owner,
-                    flow_id=flow_id,
-                    message=f"tick {isoformat(tick)} skipped: the previous run of the flow has not finished",
-                )
+            await append_one(
+                session,
+                "warn",
+                f"tick {isoformat(tick)} skipped: the previous run of the flow has not finished",
+                timestamp=now,
+                tenant=flow.tenant,
+                user_id=owner,
+                flow_id=flow_id,
             )
             metrics.cron_tick(fired=False)
             return None

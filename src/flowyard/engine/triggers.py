@@ -12,7 +12,7 @@ started again with back-off by the engine.
 
 The ``trigger_leases`` rows are written here only: ``ensure`` (lifecycle, when
 a flow starts), ``take``/``renew``/``mark``/``release`` (the holder), ``drop``
-(lifecycle, when the flow becomes inactive), ``free_dead`` (the engine that saw
+(lifecycle, when the flow becomes inactive), ``heartbeat.free_trigger_leases`` (the engine that saw
 a holder's heartbeat stop, in the transaction that deletes that heartbeat).
 
 A lease's holder is the id of its engine process's heartbeat row
@@ -181,19 +181,3 @@ async def release(session: AsyncSession, flow_id: str, holder: str, *, delete: b
             .values(holder=None, expires_at=None, subscribed_at=None)
             .execution_options(synchronize_session=False)
         )
-
-
-async def free_dead(session: AsyncSession, holders: list[str]) -> list[str]:
-    """Free the leases of processes whose heartbeat stopped (the caller deleted their heartbeat
-    rows in this transaction, so exactly one process frees them); returns the flows freed. A
-    live engine then takes each with ``take`` like any free lease."""
-    if not holders:
-        return []
-    freed = await session.scalars(
-        sa.update(TriggerLease)
-        .where(TriggerLease.holder.in_(holders))
-        .values(holder=None, expires_at=None, subscribed_at=None)
-        .returning(TriggerLease.flow_id)
-        .execution_options(synchronize_session=False)
-    )
-    return sorted(freed.all())

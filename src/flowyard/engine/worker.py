@@ -25,18 +25,17 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import logconfig, metrics
-from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, isolate, queue, triggers
+from flowyard.engine import heartbeat, isolate, queue
 from flowyard.engine.components import Registry
 from flowyard.engine.hub import CompletionHub
 from flowyard.engine.notify import WORK, Notifier, finished_messages
 from flowyard.engine.pool import FlowSpec, RunnerPool
 from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, error_outcome
+from flowyard.executions.status import ExecutionStatus
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
-from flowyard.logs.models import LogEntry
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 
@@ -258,7 +257,7 @@ class Worker:
                 reason = str(flow) if flow is not None else "the flow no longer exists"
                 outcome = error_outcome(
                     claimed,
-                    status="failed" if flow is not None else "cancelled",
+                    status=ExecutionStatus.FAILED if flow is not None else ExecutionStatus.CANCELLED,
                     error=reason,
                     log_message=f"execution not run: {reason}",
                 )
@@ -355,7 +354,9 @@ class Worker:
         error = f"its outcome could not be stored: {why}"
         log.error("execution %s failed: %s", outcome.execution_id, error)
         metrics.poison("outcome")
-        failed = error_outcome(_claimed_of(outcome), status="failed", error=error, log_message=error)
+        failed = error_outcome(
+            _claimed_of(outcome), status=ExecutionStatus.FAILED, error=error, log_message=error
+        )
         await self._record([failed], set())
         settled.add(id(outcome))
 
@@ -440,28 +441,16 @@ class Worker:
             requeued, dead = await queue.reap(session, max_attempts=self.settings.max_attempts, owners=owners)
             if owners:
                 # Their event-trigger leases too: a consumer here takes each over at once.
-                freed = await triggers.free_dead(session, owners)
+                freed = await heartbeat.free_trigger_leases(session, owners)
             if dead:
                 messages = finished_messages(e.id for e in dead)
             if requeued:
                 messages.append(WORK)  # every engine claims, not only this one
             await self.notifier.stage(session, messages)
-            for e in dead:
-                session.add(
-                    LogEntry(
-                        timestamp=utcnow(),
-                        level="error",
-                        message=f"execution {e.id} failed: {e.error}",
-                        tenant=e.tenant,
-                        user_id=e.owner_user,
-                        flow_id=e.flow_id,
-                        execution_id=e.id,
-                    )
-                )
         self.notifier.committed(messages)
         metrics.lease_expiries(requeued)
         for e in dead:
-            metrics.execution_finished(e.trigger, "failed", None)
+            metrics.execution_finished(e.trigger, ExecutionStatus.FAILED, None)
         if requeued:
             self.wake()
         if dead:

@@ -11,8 +11,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
 
-EXECUTION_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-UNFINISHED = ("queued", "running")
 # How long a webhook Idempotency-Key answers with the first execution.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 

@@ -19,15 +19,16 @@ from flowyard.engine import queue
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
 from flowyard.executions import periods
 from flowyard.executions.models import (
-    EXECUTION_STATUSES,
     ComponentDayCount,
     ComponentPeriodCount,
     Execution,
     FlowDayCount,
     FlowPeriodCount,
 )
+from flowyard.executions.status import EXECUTION_STATUSES
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
+from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
@@ -83,7 +84,7 @@ def tenant_data_clause(principal: Principal, tenant_col: Any, user_col: Any) -> 
 async def run_manually(session: AsyncSession, principal: Principal, flow_id: str, payload: Any) -> str:
     principal.require(perms.FLOWS_UPDATE)
     flow = await flows.get_flow(session, principal, flow_id)
-    if flow.status != "active":
+    if flow.status != FlowStatus.ACTIVE:
         raise Conflict(f"Flow is not active. Current status: {flow.status}")
     eid = new_id()
     await queue.enqueue(

@@ -12,9 +12,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 from flowyard.db.base import Base, Id, Json, Timestamped, UTCDateTime
 from flowyard.ids import new_id
 
-FLOW_STATUSES = ("inactive", "starting", "active", "stopping")
-
-
 # The FTS5 table (SQLite) holding ``(id, name_lc, description_lc)`` of every flow for
 # ``search``; written only by the triggers of migration 0008 (any write to ``flows`` keeps it in
 # step), read by ``api.listing.search_clause``. Not in the metadata: see ``db.metadata``.
@@ -36,6 +33,7 @@ class Flow(Timestamped, Base):
     cron: Mapped[str | None] = mapped_column(sa.String(200))
     graph: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False)
     owners: Mapped[list[dict[str, str]]] = mapped_column(Json, nullable=False, default=list)
+    # A FlowStatus (flows/status.py, the one module that moves it); new flows are "inactive".
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False, default="inactive")
     status_message: Mapped[str | None] = mapped_column(sa.Text)
     status_changed_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

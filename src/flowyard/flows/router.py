@@ -13,6 +13,7 @@ from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.errors import FlowyardError, InvalidInput, error_body
 from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowStatusChange
+from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 
 router = APIRouter(tags=["flows"])
@@ -148,31 +149,38 @@ async def delete_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     return JSONOut({})
 
 
-@router.post(
+def _moving(path: str, name: str, expected: FlowStatus, target: FlowStatus, summary: str) -> None:
+    """``POST path``: the caller's move of a flow from ``expected`` to ``target``
+    (``flows.status``); the engine's lifecycle is nudged to complete it."""
+
+    async def endpoint(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
+        service.check_id(id)
+        caller.require(perms.FLOWS_UPDATE)
+        async with db.write() as session:
+            await service.transition(session, caller, id, expected=expected, target=target)
+        _nudge(request)
+        return single({"id": id, "status": target})
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.post(
+        path,
+        response_model=Single[FlowStatusChange],
+        responses=errors(400, 401, 403, 404, 409),
+        summary=summary,
+    )(endpoint)
+
+
+_moving(
     "/flows/{id}/start",
-    response_model=Single[FlowStatusChange],
-    responses=errors(400, 401, 403, 404, 409),
-    summary="Start an inactive flow (inactive → starting → active)",
+    "start_flow",
+    FlowStatus.INACTIVE,
+    FlowStatus.STARTING,
+    "Start an inactive flow (inactive → starting → active)",
 )
-async def start_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    service.check_id(id)
-    caller.require(perms.FLOWS_UPDATE)
-    async with db.write() as session:
-        await service.transition(session, caller, id, expected="inactive", target="starting")
-    _nudge(request)
-    return single({"id": id, "status": "starting"})
-
-
-@router.post(
+_moving(
     "/flows/{id}/stop",
-    response_model=Single[FlowStatusChange],
-    responses=errors(400, 401, 403, 404, 409),
-    summary="Stop an active flow (active → stopping → inactive)",
+    "stop_flow",
+    FlowStatus.ACTIVE,
+    FlowStatus.STOPPING,
+    "Stop an active flow (active → stopping → inactive)",
 )
-async def stop_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    service.check_id(id)
-    caller.require(perms.FLOWS_UPDATE)
-    async with db.write() as session:
-        await service.transition(session, caller, id, expected="active", target="stopping")
-    _nudge(request)
-    return single({"id": id, "status": "stopping"})

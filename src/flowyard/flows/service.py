@@ -22,6 +22,8 @@ from flowyard.db.session import Database
 from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
+from flowyard.flows.status import FlowStatus
+from flowyard.flows.status import move as move_status
 from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
@@ -31,12 +33,9 @@ from flowyard.ids import new_id
 FLOW_FILTERS = frozenset({"status", "type", "user"})
 FLOW_SORTS = frozenset({"createdAt", "updatedAt", "name"})
 _STATUS_FILTER = {
-    "active": "active",
-    "inactive": "inactive",
-    "starting": "starting",
-    "stopping": "stopping",
-    "1": "active",
-    "0": "inactive",
+    **{s.value: s for s in FlowStatus},
+    "1": FlowStatus.ACTIVE,
+    "0": FlowStatus.INACTIVE,
 }
 _TYPE_FILTER = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
 
@@ -367,7 +366,7 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
     now = utcnow()
     flow = Flow(
         id=new_id(),
-        status="inactive",
+        status=FlowStatus.INACTIVE,
         status_changed_at=now,
         version=1,
         created_at=now,
@@ -385,18 +384,14 @@ async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
         await _write_owners(session, flow.id, flow.owners, replace=False)
 
 
+# The fields a PATCH body may give (each the same-named attribute of the flow).
+_MUTABLE = ("name", "description", "tenant", "graph", "type", "cron", "owners")
+
+
 def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
     if not isinstance(patch, dict):
         raise InvalidInput("The body must be a JSON object.")
-    current: dict[str, Any] = {
-        "name": flow.name,
-        "description": flow.description,
-        "tenant": flow.tenant,
-        "graph": flow.graph,
-        "type": flow.type,
-        "cron": flow.cron,
-        "owners": flow.owners,
-    }
+    current: dict[str, Any] = {name: getattr(flow, name) for name in _MUTABLE}
     merged = {**current, **patch}
     return {k: v for k, v in merged.items() if v is not None or k in ("name", "graph", "type")}
 
@@ -406,7 +401,7 @@ async def update_flow(
 ) -> Flow:
     principal.require(perms.FLOWS_UPDATE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
-    if flow.status != "inactive":
+    if flow.status != FlowStatus.INACTIVE:
         raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
     merged = _merge_patch(flow, patch)
     clean, problems = validate_flow_body(merged, registry=registry, current_status=flow.status)
@@ -436,7 +431,7 @@ async def update_flow(
         values["webhook_secret"] = clean["webhookSecret"]
     result = await session.execute(
         sa.update(Flow)
-        .where(Flow.id == flow.id, Flow.status == "inactive", Flow.version == flow.version)
+        .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
@@ -452,7 +447,7 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
     flow = await get_flow(session, principal, flow_id, for_update=True)
     result = await session.execute(
         sa.delete(Flow)
-        .where(Flow.id == flow.id, Flow.status == "inactive")
+        .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -461,20 +456,14 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
 
 
 async def transition(
-    session: AsyncSession, principal: Principal, flow_id: str, *, expected: str, target: str
+    session: AsyncSession, principal: Principal, flow_id: str, *, expected: FlowStatus, target: FlowStatus
 ) -> None:
-    """start (inactive→starting) and stop (active→stopping), as one conditional UPDATE."""
+    """start (inactive→starting) and stop (active→stopping), as one conditional UPDATE
+    (``flows.status.move``)."""
     principal.require(perms.FLOWS_UPDATE)
     check_id(flow_id)
     flow = await get_flow(session, principal, flow_id)
-    now = utcnow()
-    result = await session.execute(
-        sa.update(Flow)
-        .where(Flow.id == flow.id, Flow.status == expected)
-        .values(status=target, status_changed_at=now, status_message=None)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    if not await move_status(session, flow.id, expected, target, at=utcnow(), message=None):
         current = await session.scalar(sa.select(Flow.status).where(Flow.id == flow.id))
         if current is None:
             raise not_found(flow_id)

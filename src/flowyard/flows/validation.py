@@ -11,6 +11,7 @@ from flowyard.engine.components import Registry
 from flowyard.engine.cron import CronError, validate_cron
 from flowyard.engine.expressions import ExpressionError, compile_expression, compile_mapper
 from flowyard.errors import Problem
+from flowyard.flows.status import FlowStatus
 
 FLOW_TYPES = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
 OWNER_TYPES = ("user", "tenant")
@@ -109,7 +110,7 @@ def validate_flow_body(
     body: Any,
     *,
     registry: Registry,
-    current_status: str = "inactive",
+    current_status: str = FlowStatus.INACTIVE,
     template: bool = False,
 ) -> tuple[dict[str, Any], list[Problem]]:
     """Check a complete flow (or template) body; returns the normalised form and the problems."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.api.deps import DB, AppSettings, Caller, json_body_doc, parse_body
 from flowyard.api.docs import errors
@@ -16,6 +19,7 @@ from flowyard.iam import roles as role_service
 from flowyard.iam import tenants as tenant_service
 from flowyard.iam import tokens as token_service
 from flowyard.iam import users as user_service
+from flowyard.iam.principal import Principal
 from flowyard.iam.schemas import (
     AccessToken,
     Introspect,
@@ -49,6 +53,65 @@ def _tenant_dict(t: Any) -> dict[str, Any]:
         "createdAt": isoformat(t.created_at),
         "updatedAt": isoformat(t.updated_at),
     }
+
+
+def _paged_list(
+    path: str,
+    name: str,
+    lister: Callable[..., Awaitable[tuple[Sequence[Any], int]]],
+    to_dict: Callable[[Any], dict[str, Any]],
+    **doc: Any,
+) -> None:
+    """``GET path``: one page of what ``lister(session, caller, limit=, offset=)`` returns, each
+    item through ``to_dict``. ``name`` names the endpoint (the OpenAPI operationId)."""
+
+    async def endpoint(
+        request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+    ) -> JSONOut:
+        lq = parse_list_query(request)
+        async with db.read() as session:
+            items, total = await lister(session, caller, limit=lq.size, offset=lq.offset)
+        return page([to_dict(item) for item in items], page=lq.page, per_page=lq.size, total=total)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.get(path, **doc)(endpoint)
+
+
+def _creating(
+    path: str,
+    name: str,
+    model: type[BaseModel],
+    create: Callable[[AsyncSession, Any, Principal], Awaitable[Any]],
+    to_dict: Callable[[Any], dict[str, Any]],
+    **doc: Any,
+) -> None:
+    """``POST path``: the body parsed as ``model``, ``create(session, body, caller)``, the new
+    item answered ``201`` through ``to_dict``."""
+
+    async def endpoint(request: Request, db: DB, caller: Caller) -> JSONOut:
+        body = await parse_body(request, model)
+        async with db.write() as session:
+            item = await create(session, body, caller)
+        return single(to_dict(item), 201)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.post(path, status_code=201, openapi_extra=json_body_doc(model.__name__), **doc)(endpoint)
+
+
+def _deleting(
+    path: str, name: str, deleter: Callable[[AsyncSession, Principal, str], Awaitable[None]], **doc: Any
+) -> None:
+    """``DELETE path`` (``{id}`` in it): ``deleter(session, caller, id)``, then every cached
+    principal is dropped (what was deleted may have been a token, a user or a role of one)."""
+
+    async def endpoint(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
+        async with db.write() as session:
+            await deleter(session, caller, id)
+        request.app.state.principals.clear()
+        return JSONOut({})
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    router.delete(path, **doc)(endpoint)
 
 
 # -- login and tokens -----------------------------------------------------------
@@ -113,34 +176,27 @@ async def create_token(request: Request, db: DB, caller: Caller) -> JSONOut:
     return single({**token_dict(token), "token": text}, 201)
 
 
-@router.get(
+_paged_list(
     "/tokens",
+    "list_tokens",
+    token_service.list_tokens,
+    token_dict,
     tags=["auth"],
     response_model=Page[TokenOut],
     responses=errors(400, 401),
     summary="List the caller's tokens (without their text), paged",
 )
-async def list_tokens(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        tokens, total = await token_service.list_tokens(session, caller, limit=lq.size, offset=lq.offset)
-    return page([token_dict(t) for t in tokens], page=lq.page, per_page=lq.size, total=total)
 
 
-@router.delete(
+_deleting(
     "/tokens/{id}",
+    "delete_token",
+    token_service.delete_token,
     tags=["auth"],
     response_model=dict[str, Any],
     responses=errors(400, 401, 403, 404),
     summary="Revoke a token",
 )
-async def delete_token(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await token_service.delete_token(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})
 
 
 @router.post(
@@ -173,7 +229,28 @@ async def introspect(request: Request, db: DB, caller: Caller, settings: AppSett
 # -- users ---------------------------------------------------------------------
 
 
-async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, username: str | None) -> JSONOut:
+_USERS_DOC: dict[str, Any] = {
+    "tags": ["users"],
+    "response_model": list[UserOut] | Page[UserOut],
+    "responses": errors(400, 401),
+    "summary": "List users, paged (a bare array of one page; with meta=true, wrapped in data/meta)",
+}
+MetaFlag = Annotated[bool, Query(description="Wrap the page in data/meta.")]
+UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
+
+
+@router.get("/users", **_USERS_DOC, include_in_schema=False)
+@router.get("/users/", **_USERS_DOC, include_in_schema=False)
+@router.get("/api/users", **_USERS_DOC)
+async def list_users(
+    request: Request,
+    db: DB,
+    caller: Caller,
+    meta: MetaFlag = False,
+    username: UsernameFilter = None,
+    _size: PageSize = None,
+    _number: PageNumber = None,
+) -> JSONOut:
     lq = parse_list_query(request)
     async with db.read() as session:
         users, total = await user_service.list_users(
@@ -186,50 +263,7 @@ async def _list_users(request: Request, db: DB, caller: Caller, meta: bool, user
     return JSONOut(data)
 
 
-_USERS_DOC: dict[str, Any] = {
-    "tags": ["users"],
-    "response_model": list[UserOut] | Page[UserOut],
-    "responses": errors(400, 401),
-    "summary": "List users, paged (a bare array of one page; with meta=true, wrapped in data/meta)",
-}
-MetaFlag = Annotated[bool, Query(description="Wrap the page in data/meta.")]
-UsernameFilter = Annotated[str | None, Query(max_length=320, description="Only the user with this username.")]
-
-
-@router.get("/api/users", **_USERS_DOC)
-async def list_users(
-    request: Request,
-    db: DB,
-    caller: Caller,
-    meta: MetaFlag = False,
-    username: UsernameFilter = None,
-    _size: PageSize = None,
-    _number: PageNumber = None,
-) -> JSONOut:
-    return await _list_users(request, db, caller, meta, username)
-
-
-@router.get("/users", **_USERS_DOC, include_in_schema=False)
-@router.get("/users/", **_USERS_DOC, include_in_schema=False)
-async def list_users_alias(
-    request: Request,
-    db: DB,
-    caller: Caller,
-    meta: MetaFlag = False,
-    username: UsernameFilter = None,
-    _size: PageSize = None,
-    _number: PageNumber = None,
-) -> JSONOut:
-    return await _list_users(request, db, caller, meta, username)
-
-
-async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
-    async with db.read() as session:
-        user = await user_service.get_user(session, caller, id)
-        roles = (await role_service.roles_of(session, [user.id]))[user.id]
-    return JSONOut(user_dict(user, roles))
-
-
+@router.get("/users/{id}", tags=["users"], response_model=UserOut, include_in_schema=False)
 @router.get(
     "/api/users/{id}",
     tags=["users"],
@@ -238,12 +272,10 @@ async def _get_user(db: DB, caller: Caller, id: str) -> JSONOut:
     summary="Read a user",
 )
 async def get_user(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
-    return await _get_user(db, caller, id)
-
-
-@router.get("/users/{id}", tags=["users"], response_model=UserOut, include_in_schema=False)
-async def get_user_alias(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
-    return await _get_user(db, caller, id)
+    async with db.read() as session:
+        user = await user_service.get_user(session, caller, id)
+        roles = (await role_service.roles_of(session, [user.id]))[user.id]
+    return JSONOut(user_dict(user, roles))
 
 
 @router.post(
@@ -302,92 +334,75 @@ async def update_user(
     return JSONOut(user_dict(user, roles))
 
 
-@router.delete(
+_deleting(
     "/api/users/{id}",
+    "delete_user",
+    user_service.delete_user,
     tags=["users"],
     response_model=dict[str, Any],
     responses=errors(401, 403, 404, 409),
     summary="Delete a user (iam.account.delete)",
 )
-async def delete_user(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await user_service.delete_user(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})
 
 
 # -- tenants and roles -----------------------------------------------------------
 
 
-@router.post(
+_creating(
     "/tenants",
+    "create_tenant",
+    TenantCreate,
+    lambda session, body, caller: tenant_service.create_tenant(session, body.name, caller),
+    _tenant_dict,
     tags=["tenants"],
-    status_code=201,
     response_model=Single[TenantOut],
     responses=errors(400, 401, 403, 409, 415),
-    openapi_extra=json_body_doc("TenantCreate"),
     summary="Create a tenant (iam.tenant.create)",
 )
-async def create_tenant(request: Request, db: DB, caller: Caller) -> JSONOut:
-    body = await parse_body(request, TenantCreate)
-    async with db.write() as session:
-        tenant = await tenant_service.create_tenant(session, body.name, caller)
-    return single(_tenant_dict(tenant), 201)
 
 
-@router.get(
+_paged_list(
     "/tenants",
+    "list_tenants",
+    tenant_service.list_tenants,
+    _tenant_dict,
     tags=["tenants"],
     response_model=Page[TenantOut],
     responses=errors(400, 401),
     summary="List tenants, paged (all with iam.tenant.read, else the caller's own)",
 )
-async def list_tenants(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        tenants, total = await tenant_service.list_tenants(session, caller, limit=lq.size, offset=lq.offset)
-    return page([_tenant_dict(t) for t in tenants], page=lq.page, per_page=lq.size, total=total)
 
 
-@router.get(
+_paged_list(
     "/roles",
+    "list_roles",
+    role_service.list_roles,
+    role_dict,
     tags=["roles"],
     response_model=Page[RoleOut],
     responses=errors(400, 401, 403),
     summary="List roles, paged (tenant.roles.read)",
 )
-async def list_roles(
-    request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
-) -> JSONOut:
-    lq = parse_list_query(request)
-    async with db.read() as session:
-        roles, total = await role_service.list_roles(session, caller, limit=lq.size, offset=lq.offset)
-    return page([role_dict(r) for r in roles], page=lq.page, per_page=lq.size, total=total)
 
 
-@router.post(
+_creating(
     "/roles",
+    "create_role",
+    RoleCreate,
+    lambda session, body, caller: role_service.create_role(
+        session,
+        name=body.name,
+        permissions=body.permissions,
+        description=body.description,
+        scope=body.scope,
+        principal=caller,
+    ),
+    role_dict,
     tags=["roles"],
-    status_code=201,
     response_model=Single[RoleOut],
     responses=errors(400, 401, 403, 409, 415),
-    openapi_extra=json_body_doc("RoleCreate"),
     summary="Create a role (tenant.roles.create in the caller's tenant; all for global roles)",
 )
-async def create_role(request: Request, db: DB, caller: Caller) -> JSONOut:
-    body = await parse_body(request, RoleCreate)
-    async with db.write() as session:
-        role = await role_service.create_role(
-            session,
-            name=body.name,
-            permissions=body.permissions,
-            description=body.description,
-            scope=body.scope,
-            principal=caller,
-        )
-    return single(role_dict(role), 201)
 
 
 @router.get(
@@ -419,15 +434,12 @@ async def update_role(id: ObjectId, request: Request, db: DB, caller: Caller) ->
     return single(role_dict(role))
 
 
-@router.delete(
+_deleting(
     "/roles/{id}",
+    "delete_role",
+    role_service.delete_role,
     tags=["roles"],
     response_model=dict[str, Any],
     responses=errors(401, 403, 404),
     summary="Delete a role (tenant.roles.delete)",
 )
-async def delete_role(id: ObjectId, request: Request, db: DB, caller: Caller) -> JSONOut:
-    async with db.write() as session:
-        await role_service.delete_role(session, caller, id)
-    request.app.state.principals.clear()
-    return JSONOut({})

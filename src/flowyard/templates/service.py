@@ -246,17 +246,12 @@ async def create_template(
     return template
 
 
+# The fields a PATCH body may give (each the same-named attribute of the template).
+_MUTABLE = ("name", "description", "graph", "type", "cron", "owners", "status", "tags")
+
+
 def _current(template: Template) -> dict[str, Any]:
-    return {
-        "name": template.name,
-        "description": template.description,
-        "graph": template.graph,
-        "type": template.type,
-        "cron": template.cron,
-        "owners": template.owners,
-        "status": template.status,
-        "tags": template.tags,
-    }
+    return {name: getattr(template, name) for name in _MUTABLE}
 
 
 async def update_template(

@@ -41,6 +41,7 @@ from flowyard.errors import (
 )
 from flowyard.executions.models import IDEMPOTENCY_WINDOW, IdempotencyKey
 from flowyard.flows.models import Flow
+from flowyard.flows.status import FlowStatus
 from flowyard.ids import is_valid_id, new_id
 from flowyard.webhooks.models import WebhookRateBucket
 
@@ -340,7 +341,7 @@ async def accept_batch(
     candidates: list[int] = []
     for i, req in enumerate(batch):
         flow = flows.get(req.flow_id)
-        if flow is None or flow.status != "active":
+        if flow is None or flow.status != FlowStatus.ACTIVE:
             out[i] = not_found(req.flow_id)
             continue
         if flow.cron:

@@ -1,0 +1,64 @@
+"""The one way log entries are written: :func:`append` (a batch, one executemany INSERT, for
+the hot path of recording outcomes) and :func:`append_one`. The engine (queue, lifecycle,
+scheduler) calls these in its own transaction, so an entry commits with the change it tells
+of. The runner processes build their entries as plain dicts of the same columns (they do not
+import the database layer); the queue appends them with the outcome. Pruning deletes old
+entries in ``engine/pruner.py``; nothing else writes ``logs``.
+
+Imports: the log model, the clock and SQLAlchemy only (the engine may import this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.clock import utcnow
+from flowyard.logs.models import LogEntry
+
+# A Core insert: an executemany without the ORM's unit of work.
+_LOGS = cast(sa.Table, LogEntry.__table__)
+
+
+def entry(
+    level: str,
+    message: str,
+    *,
+    tenant: str | None,
+    user_id: str | None,
+    flow_id: str | None,
+    execution_id: str | None = None,
+    step_id: str | None = None,
+    component_id: str | None = None,
+    data: Any = None,
+    timestamp: datetime | None = None,
+) -> dict[str, Any]:
+    """One entry as :func:`append` takes it (the row's columns)."""
+    return {
+        "timestamp": timestamp or utcnow(),
+        "level": level,
+        "message": message,
+        "tenant": tenant,
+        "user_id": user_id,
+        "flow_id": flow_id,
+        "execution_id": execution_id,
+        "step_id": step_id,
+        "component_id": component_id,
+        "data": data,
+    }
+
+
+async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Insert ``entries`` (dicts of the ``logs`` columns, as :func:`entry` or the runner's
+    outcomes make them) in the caller's transaction: one statement however many."""
+    if entries:
+        await session.execute(sa.insert(_LOGS), list(entries))
+
+
+async def append_one(session: AsyncSession, level: str, message: str, **fields: Any) -> None:
+    """One entry: ``fields`` are :func:`entry`'s keywords."""
+    await append(session, [entry(level, message, **fields)])
