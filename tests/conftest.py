@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 
 from flowyard.app import create_app
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.iam import service as iam
 from flowyard.logconfig import JsonFormatter
 

@@ -17,15 +17,12 @@ from flowyard.api import health
 from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
+from flowyard.components import router as components_router
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.console import router as console_router
 from flowyard.db.session import Database
-from flowyard.engine import queue
-from flowyard.engine import router as components_router
-from flowyard.engine.components import Registry
-from flowyard.engine.hub import CompletionHub
-from flowyard.engine.notify import Notifier, open_notifier
-from flowyard.engine.service import EngineServices
+from flowyard.enginehost import EngineServices
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow
@@ -33,6 +30,9 @@ from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.iam.cache import PrincipalCache
 from flowyard.logs import router as logs_router
+from flowyard.queue import store as queue
+from flowyard.queue.hub import CompletionHub
+from flowyard.queue.notify import Notifier, open_notifier
 from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate

@@ -14,10 +14,10 @@ import click
 import sqlalchemy as sa
 
 from flowyard.clock import isoformat, utcnow
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate as migrations
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
@@ -166,7 +166,7 @@ def _run_api(
 @main.command()
 def worker() -> None:
     """Run only the engine (worker, scheduler, reconciler), for scale-out."""
-    from flowyard.engine.service import run_standalone
+    from flowyard.enginehost import run_standalone
 
     settings = _settings()
     _setup_logging(settings)

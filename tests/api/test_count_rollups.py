@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import pruner, queue
-from flowyard.executions import periods, service
-from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
+from flowyard.executions import service
 from flowyard.iam.principal import Principal
+from flowyard.queue import periods, pruner
+from flowyard.queue import store as queue
+from flowyard.queue.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
 from tests.conftest import truncate
 
 # (flow id, tenant, user owner, components run by each execution)

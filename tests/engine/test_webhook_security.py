@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import pruner
-from flowyard.executions.models import Execution
+from flowyard.queue import pruner
+from flowyard.queue.models import Execution
 from flowyard.webhooks.models import WebhookRateBucket
 from flowyard.webhooks.service import signature_header, signature_problem
 from tests.conftest import Account, flow_body

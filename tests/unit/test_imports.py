@@ -35,7 +35,7 @@ def test_the_tree_keeps_the_import_rules() -> None:
 
 
 # Packages whose modules sit in different layers: each of these __init__ modules stays empty.
-SPLIT_PACKAGES = {"flowyard", "flowyard.engine", "flowyard.executions"}
+SPLIT_PACKAGES = {"flowyard"}
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -86,11 +86,11 @@ def test_the_copy_keeps_them_untouched(copy: Path) -> None:
     ("module", "line", "named"),
     [
         # the queue reaching up into the triggers
-        ("flowyard.engine.queue", "from flowyard.engine import scheduler", "flowyard.engine.scheduler"),
+        ("flowyard.queue.store", "from flowyard.triggers import scheduler", "flowyard.triggers.scheduler"),
         # the database layer reaching up into a domain's service
         ("flowyard.db.session", "import flowyard.flows.service", "flowyard.flows.service"),
         # a domain reaching up into the runtime
-        ("flowyard.logs.append", "import flowyard.engine.worker", "flowyard.engine.worker"),
+        ("flowyard.logs.append", "import flowyard.runtime.worker", "flowyard.runtime.worker"),
     ],
 )
 def test_an_upward_import_breaks_the_layers(copy: Path, module: str, line: str, named: str) -> None:

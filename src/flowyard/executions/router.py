@@ -12,11 +12,11 @@ from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.clock import utcnow
-from flowyard.engine.notify import WORK
 from flowyard.errors import InvalidInput, Problem
 from flowyard.executions import service
 from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
 from flowyard.flows.service import check_id
+from flowyard.queue.notify import WORK
 
 router = APIRouter()
 

@@ -15,17 +15,7 @@ from flowyard import ids
 from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat, utcnow
 from flowyard.db import dialect
-from flowyard.engine import queue
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
-from flowyard.executions import periods
-from flowyard.executions.models import (
-    ComponentDayCount,
-    ComponentPeriodCount,
-    Execution,
-    FlowDayCount,
-    FlowPeriodCount,
-)
-from flowyard.executions.status import EXECUTION_STATUSES
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
@@ -33,6 +23,16 @@ from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.ids import is_valid_id, new_id
+from flowyard.queue import periods
+from flowyard.queue import store as queue
+from flowyard.queue.models import (
+    ComponentDayCount,
+    ComponentPeriodCount,
+    Execution,
+    FlowDayCount,
+    FlowPeriodCount,
+)
+from flowyard.queue.status import EXECUTION_STATUSES
 
 EXECUTION_FILTERS = frozenset({"flowId", "status"})
 FLOW_EXECUTION_FILTERS = frozenset({"status"})
@@ -127,7 +127,7 @@ def to_dict(e: Execution) -> dict[str, Any]:
 
 
 def steps_of(e: Execution) -> list[dict[str, Any]]:
-    """The execution's step results as stored (executions/steps.py): none before it finished, nor
+    """The execution's step results as stored (queue/steps.py): none before it finished, nor
     when ``flowyard check --quarantine`` kept an unreadable document as a string of its text."""
     return list(e.steps) if isinstance(e.steps, list) else []
 

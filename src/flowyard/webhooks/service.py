@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard import metrics
+from flowyard import isolate, metrics
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.session import Database
-from flowyard.engine import isolate, queue
-from flowyard.engine.notify import WORK, Notifier
 from flowyard.errors import (
     Conflict,
     FlowyardError,
@@ -39,10 +37,12 @@ from flowyard.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from flowyard.executions.models import IDEMPOTENCY_WINDOW, IdempotencyKey
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
 from flowyard.ids import is_valid_id, new_id
+from flowyard.queue import store as queue
+from flowyard.queue.models import IDEMPOTENCY_WINDOW, IdempotencyKey
+from flowyard.queue.notify import WORK, Notifier
 from flowyard.webhooks.models import WebhookRateBucket
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class WebhookRequest:
     idempotency_key: str | None
     signature: str | None
     future: asyncio.Future[Accepted] | None = field(repr=False, default=None)
-    # "webhook", or the component of an event trigger (engine/consumers.py): no signature then.
+    # "webhook", or the component of an event trigger (triggers/consumers.py): no signature then.
     trigger: str = "webhook"
 
 
@@ -241,7 +241,7 @@ class WebhookBatcher:
 
     async def _commit(self, batch: list[WebhookRequest]) -> None:
         """One transaction for the batch; a request that breaks it is answered alone
-        (``engine/isolate.py``) and its neighbours are stored all the same."""
+        (``isolate.py``) and its neighbours are stored all the same."""
 
         async def store(part: Sequence[WebhookRequest], *, count: bool = True) -> None:
             async with self.db.write() as session:
@@ -255,7 +255,7 @@ class WebhookBatcher:
             why = isolate.reason(exc)
             # Once more as it is (a race with another process settles now: a concurrent
             # idempotency key is found), then, in case only its count broke
-            # (executions/counters.py), uncounted.
+            # (queue/counters.py), uncounted.
             for count in (True, False):
                 try:
                     await store([req], count=count)
