@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from flowyard.api.deps import Caller
 from flowyard.api.docs import errors
 from flowyard.api.responses import JSONOut, Single, single
+from flowyard.iam.deps import Caller
 
 router = APIRouter(tags=["components"])
 
