@@ -1,4 +1,5 @@
-"""The complete metadata: importing this registers every domain's tables."""
+"""The complete metadata: importing this registers every domain's tables (above them all:
+the migrations and the tests start here; ``db/`` keeps engines, sessions, dialect and ``Base``)."""
 
 from __future__ import annotations
 
