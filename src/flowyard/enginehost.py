@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from flowyard import metrics
 from flowyard.clock import utcnow
+from flowyard.components import builtins
 from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
@@ -161,7 +162,11 @@ async def run_standalone(settings: Settings) -> None:
     notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
     await notifier.start()
     engine = EngineServices(
-        db, settings, Registry.load(), box=SecretBox(load_key(key, settings.data_dir)), notifier=notifier
+        db,
+        settings,
+        Registry.load(builtins.ALL),
+        box=SecretBox(load_key(key, settings.data_dir)),
+        notifier=notifier,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

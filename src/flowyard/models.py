@@ -11,10 +11,10 @@ from flowyard.iam import models as _iam  # noqa: F401
 from flowyard.logs import models as _logs  # noqa: F401
 from flowyard.queue import heartbeat as _heartbeat  # noqa: F401
 from flowyard.queue import models as _executions  # noqa: F401
+from flowyard.queue import rate_buckets as _rate_buckets  # noqa: F401
 from flowyard.queue import trigger_lease as _engine  # noqa: F401
 from flowyard.secrets import models as _secrets  # noqa: F401
 from flowyard.templates import models as _templates  # noqa: F401
-from flowyard.webhooks import models as _webhooks  # noqa: F401
 
 metadata = Base.metadata
 

@@ -16,7 +16,7 @@ from flowyard.flows.models import Flow
 from flowyard.queue import pruner
 from flowyard.queue.models import Execution
 from flowyard.triggers import lifecycle
-from flowyard.webhooks.service import signature_header
+from flowyard.webhooks.signature import signature_header
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 Client = httpx.AsyncClient

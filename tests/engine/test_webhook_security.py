@@ -19,8 +19,8 @@ from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.queue import pruner
 from flowyard.queue.models import Execution
-from flowyard.webhooks.models import WebhookRateBucket
-from flowyard.webhooks.service import signature_header, signature_problem
+from flowyard.queue.rate_buckets import WebhookRateBucket
+from flowyard.webhooks.signature import signature_header, signature_problem
 from tests.conftest import Account, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
 from tests.netfixtures import MakeClient, configured

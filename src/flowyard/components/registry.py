@@ -6,7 +6,7 @@ once at start-up and then frozen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
@@ -117,8 +117,10 @@ class Registry:
         return [self._components[k] for k in sorted(self._components)]
 
     @classmethod
-    def load(cls) -> Registry:
-        """Load every entry point of the group; a failing one is logged by name and skipped."""
+    def load(cls, fallback: Iterable[Component] = ()) -> Registry:
+        """Load every entry point of the group; a failing one is logged by name and skipped.
+        ``fallback`` (the built-ins, passed by the process that starts): what is offered when no
+        entry point is installed (a bare source tree)."""
         found: dict[str, Component] = {}
         failures: dict[str, str] = {}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -135,7 +137,5 @@ class Registry:
                 log.error("component %s (%s) failed to load: %s", ep.name, ep.value, exc)
         if not found:
             # Running from a source tree without installed metadata: still offer the built-ins.
-            from flowyard.components import builtins
-
-            found = {c.id: c for c in builtins.ALL}
+            found = {c.id: c for c in fallback}
         return cls(found, failures)

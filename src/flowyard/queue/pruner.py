@@ -16,7 +16,7 @@ from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.logs.models import LogEntry
 from flowyard.queue.models import IDEMPOTENCY_WINDOW, Execution, IdempotencyKey
-from flowyard.webhooks.models import WebhookRateBucket
+from flowyard.queue.rate_buckets import WebhookRateBucket
 
 log = logging.getLogger(__name__)
 

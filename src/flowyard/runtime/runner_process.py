@@ -307,11 +307,12 @@ def main() -> None:
 
     import uvloop
 
+    from flowyard.components import builtins
     from flowyard.components.registry import Registry
     from flowyard.config import Settings
 
     settings = Settings(**config["settings"])
-    registry = Registry.load()
+    registry = Registry.load(builtins.ALL)
     # Backstop behind the engine's RSS watchdog: a single allocation that would take the
     # data segment past start-up size + the memory limit fails here, at once.
     cap = _vm("VmData:") + settings.runner_memory_mb * 1024 * 1024

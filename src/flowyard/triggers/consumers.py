@@ -37,13 +37,13 @@ from flowyard.errors import Conflict, FlowyardError, NotFound, StorageUnavailabl
 from flowyard.flows.models import Flow
 from flowyard.flows.status import TRIGGERED
 from flowyard.queue import store as queue
+from flowyard.queue.accept import WebhookBatcher, WebhookRequest
 from flowyard.queue.notify import Notifier
 from flowyard.queue.trigger_lease import TriggerLease
 from flowyard.secrets import service as secrets
 from flowyard.secrets.crypto import SecretBox
 from flowyard.triggers import leases as triggers
 from flowyard.triggers import lifecycle
-from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
 
 log = logging.getLogger(__name__)
 

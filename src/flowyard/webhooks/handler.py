@@ -24,9 +24,9 @@ from flowyard import jsonvalue
 from flowyard.api.deps import is_json_content_type
 from flowyard.db.session import Database
 from flowyard.errors import InvalidInput, Problem, UnsupportedMediaType, error_body
+from flowyard.queue.accept import WebhookBatcher, WebhookRequest
 from flowyard.queue.hub import CompletionHub
 from flowyard.queue.models import Execution
-from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
 
 MAX_WAIT = 60.0
 FINISHED = ("succeeded", "failed", "cancelled")
