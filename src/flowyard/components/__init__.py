@@ -5,6 +5,6 @@ Owns the registry (``registry``), the built-ins (``builtins``), the connectors
 languages (``expressions``, ``cron``), the outbound network policy (``netpolicy``) and the
 registry's HTTP route (``router``, ``GET /components``).
 
-May import: the ground floor, ``db`` only for the request kit's types, ``api`` (the kit) and
-``iam`` (the caller). Never a domain, the queue or anything above.
+May import: the ground floor, ``api`` (the HTTP kit) and ``iam`` (the caller of
+``GET /components``); it owns no table. Never a domain, the queue or anything above.
 """
