@@ -105,3 +105,17 @@ def test_a_circle_inside_a_package_breaks_the_rules(copy: Path) -> None:
     done = _with_line(copy, "flowyard.iam.models", "import flowyard.iam.users")
     assert done.returncode != 0
     assert "no circles inside a package BROKEN" in done.stdout
+
+
+def test_the_old_component_api_paths_still_work() -> None:
+    """Third-party components import ``flowyard.engine.components`` and ``flowyard.engine.context``
+    (examples/flowyard-uppercase): the compatibility package re-exports the very same objects."""
+    from flowyard.components import context, registry
+    from flowyard.engine import components as old_components
+    from flowyard.engine import context as old_context
+
+    assert old_components.Component is registry.Component
+    assert old_components.Registry is registry.Registry
+    assert old_context.StepContext is context.StepContext
+    engine = ROOT / "src" / "flowyard" / "engine"
+    assert sorted(p.name for p in engine.glob("*.py")) == ["__init__.py", "components.py", "context.py"]
