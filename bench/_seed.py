@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.components.registry import Registry
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow, FlowOwner
 from flowyard.iam import permissions as perms

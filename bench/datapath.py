@@ -20,12 +20,12 @@ from pathlib import Path
 from flowyard.clock import utcnow
 from flowyard.db import migrate
 from flowyard.db.session import Database
-from flowyard.engine import queue
-from flowyard.engine.records import Outcome, StepRecord
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
+from flowyard.queue import store as queue
+from flowyard.queue.accept import Accepted, WebhookRequest, accept_batch
+from flowyard.queue.records import Outcome, StepRecord
 from flowyard.webhooks import handler
-from flowyard.webhooks.service import Accepted, WebhookRequest, accept_batch
 
 PAYLOAD = {"order": {"id": "A-1", "items": [{"price": 3}, {"price": 4}]}}
 

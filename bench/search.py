@@ -35,10 +35,10 @@ from api import flow_body, status_for
 from flowyard.api import listing
 from flowyard.api.listing import ListQuery
 from flowyard.db import migrate
-from flowyard.db.metadata import SEARCH_INDEXES
 from flowyard.db.session import Database
 from flowyard.flows import service as flows
 from flowyard.iam.principal import Principal
+from flowyard.models import SEARCH_INDEXES
 
 QUERIES = ["shopify", "pipedrive #12", "übersee", "no such text", "sh"]
 

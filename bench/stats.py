@@ -4,7 +4,7 @@ per flow), served by `flowyard serve` on SQLite.
 
 Counts are served from the per-day counter tables (flow_day_counts,
 component_day_counts) and their weekly and monthly rollups, so the bench loads
-the counters equivalent to those 10M executions through flowyard.executions.counters,
+the counters equivalent to those 10M executions through flowyard.queue.counters,
 the upserts the engine runs when it accepts executions and when it records
 their steps, instead of 10M
 execution rows. Each flow-day's executions arrive in several increments (the
@@ -37,11 +37,11 @@ import sqlalchemy as sa
 from _common import Server, get_request, pct, run_load
 from _seed import Capture, People, create_people, database, load_flows, one_line, reload_people
 
-from flowyard.engine.queue import owner_user_of
-from flowyard.executions import counters
 from flowyard.executions import service as executions
-from flowyard.executions.models import ComponentDayCount, ComponentPeriodCount, FlowDayCount, FlowPeriodCount
 from flowyard.iam.principal import Principal
+from flowyard.queue import counters
+from flowyard.queue.models import ComponentDayCount, ComponentPeriodCount, FlowDayCount, FlowPeriodCount
+from flowyard.queue.store import owner_user_of
 
 LAST_NODES = ("log", "http", "filter", "split")
 TARGET_MS = 50.0
@@ -144,7 +144,7 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, date]:
         print(
             f"loaded counters for {stored:,} executions ({args.days} days, {len(flows)} flows, "
             f"{sum(len(u) for u in people.users)} users, {len(people.tenants)} tenants) through "
-            f"flowyard.executions.counters (the engine's upserts), not execution rows: {upserts:,} daily "
+            f"flowyard.queue.counters (the engine's upserts), not execution rows: {upserts:,} daily "
             f"upserts ({parts} per flow-day) with their rollups; rows: {n_flow:,} flow_day_counts, "
             f"{n_comp:,} component_day_counts, {n_rollups[0]:,} flow_period_counts, "
             f"{n_rollups[1]:,} component_period_counts; "

@@ -19,13 +19,13 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 
 from flowyard.app import create_app
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
-from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.iam import service as iam
 from flowyard.logconfig import JsonFormatter
+from flowyard.models import metadata
 
 PG_ADMIN_DSN = os.environ.get("FLOWYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from flowyard.app import create_app
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 
 MakeClient = Callable[..., Awaitable[httpx.AsyncClient]]
 

@@ -17,15 +17,13 @@ from flowyard.api import health
 from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
+from flowyard.components import builtins
+from flowyard.components import router as components_router
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.console import router as console_router
 from flowyard.db.session import Database
-from flowyard.engine import queue
-from flowyard.engine import router as components_router
-from flowyard.engine.components import Registry
-from flowyard.engine.hub import CompletionHub
-from flowyard.engine.notify import Notifier, open_notifier
-from flowyard.engine.service import EngineServices
+from flowyard.enginehost import EngineServices
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow
@@ -33,14 +31,18 @@ from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.iam.cache import PrincipalCache
 from flowyard.logs import router as logs_router
+from flowyard.queue import store as queue
+from flowyard.queue.accept import WebhookBatcher, WebhookLimits
+from flowyard.queue.hub import CompletionHub
+from flowyard.queue.notify import Notifier, open_notifier
 from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
 from flowyard.webhooks import openapi as webhooks_openapi
+from flowyard.webhooks import signature
 from flowyard.webhooks.fastpath import WebhookFastPath
-from flowyard.webhooks.service import WebhookBatcher, WebhookLimits
 
 log = logging.getLogger("flowyard")
 
@@ -71,7 +73,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app. ``run_engine=False`` serves the API only (workers run elsewhere)."""
     settings = settings or Settings()
-    registry = registry or Registry.load()
+    registry = registry or Registry.load(builtins.ALL)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,7 +95,7 @@ def create_app(
             app.state.db,
             window_ms=settings.webhook_group_commit_ms,
             on_commit=engine.wake_worker if engine is not None else None,
-            limits=WebhookLimits.from_settings(settings),
+            limits=WebhookLimits.from_settings(settings, verify=signature.check),
             notifier=notifier,
         )
         try:
@@ -131,7 +133,9 @@ def create_app(
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
         app.state.webhooks = WebhookBatcher(
-            db, window_ms=settings.webhook_group_commit_ms, limits=WebhookLimits.from_settings(settings)
+            db,
+            window_ms=settings.webhook_group_commit_ms,
+            limits=WebhookLimits.from_settings(settings, verify=signature.check),
         )
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.

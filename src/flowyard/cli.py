@@ -14,10 +14,11 @@ import click
 import sqlalchemy as sa
 
 from flowyard.clock import isoformat, utcnow
+from flowyard.components import builtins
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate as migrations
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
@@ -166,7 +167,7 @@ def _run_api(
 @main.command()
 def worker() -> None:
     """Run only the engine (worker, scheduler, reconciler), for scale-out."""
-    from flowyard.engine.service import run_standalone
+    from flowyard.enginehost import run_standalone
 
     settings = _settings()
     _setup_logging(settings)
@@ -260,7 +261,7 @@ def _ops(fn: Callable[[], T]) -> T:
 @main.command()
 def components() -> None:
     """List installed components, and those that failed to load."""
-    registry = Registry.load()
+    registry = Registry.load(builtins.ALL)
     for c in registry.all():
         click.echo(f"{c.id:12} {', '.join(sorted(c.functions)):30} {c.description}")
     for name, error in registry.failures.items():
@@ -453,7 +454,7 @@ def templates_import(file: Path) -> None:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise click.ClickException(f"{file} is not valid JSON: {exc}") from None
-    registry = Registry.load()
+    registry = Registry.load(builtins.ALL)
 
     async def run(db: Database) -> list[str]:
         async with db.write() as session:

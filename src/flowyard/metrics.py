@@ -205,7 +205,7 @@ POISON_PATHS = frozenset({"webhook", "claim", "dispatch", "outcome", "trigger", 
 
 
 def poison(path: str) -> None:
-    """An item of a batch path failed alone (``engine/isolate.py``): ``path`` says which."""
+    """An item of a batch path failed alone (``isolate.py``): ``path`` says which."""
     m = _m()
     m.child(m.poison, path if path in POISON_PATHS else "other").inc()
 

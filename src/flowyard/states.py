@@ -1,4 +1,4 @@
-"""What the state machines share (``flows/status.py``, ``executions/status.py``): the check of
+"""What the state machines share (``flows/status.py``, ``queue/status.py``): the check of
 a move against a machine's table of allowed moves, and the error of a refused one."""
 
 from __future__ import annotations

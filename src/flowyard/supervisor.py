@@ -5,7 +5,7 @@ The supervisor binds the socket once and starts its children with it inherited:
 on the same socket, the kernel spreading connections) and, unless ``--no-engine``,
 exactly one engine process (``flowyard worker``: worker with its runner pool,
 scheduler, lifecycle reconciler, pruner). Children are told about each other's
-commits through the notification channel (``flowyard.engine.notify``); all state
+commits through the notification channel (``flowyard.queue.notify``); all state
 they share is in the database, so any child may die at any moment.
 
 The supervisor restarts a child that died and, on SIGTERM/SIGINT, sends SIGTERM

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import pruner, queue
-from flowyard.executions import periods, service
-from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
+from flowyard.executions import service
 from flowyard.iam.principal import Principal
+from flowyard.iam.visibility import tenant_data_clause
+from flowyard.queue import periods, pruner
+from flowyard.queue import store as queue
+from flowyard.queue.models import ComponentDayCount, Execution, FlowDayCount, FlowPeriodCount
 from tests.conftest import truncate
 
 # (flow id, tenant, user owner, components run by each execution)
@@ -91,7 +93,7 @@ async def _from_daily_rows(
         flow_rows = (
             await session.execute(
                 sa.select(f.flow_id, f.user_id, f.executions).where(
-                    f.day >= start, f.day <= end, service.tenant_data_clause(principal, f.tenant, f.user_id)
+                    f.day >= start, f.day <= end, tenant_data_clause(principal, f.tenant, f.user_id)
                 )
             )
         ).all()
@@ -99,7 +101,7 @@ async def _from_daily_rows(
         comp_rows = (
             await session.execute(
                 sa.select(c.component_id, c.flow_id, c.steps).where(
-                    c.day >= start, c.day <= end, service.tenant_data_clause(principal, c.tenant, c.user_id)
+                    c.day >= start, c.day <= end, tenant_data_clause(principal, c.tenant, c.user_id)
                 )
             )
         ).all()

@@ -12,8 +12,8 @@ from typing import Any
 
 from flowyard.api.listing import ListQuery
 from flowyard.clock import utcnow
+from flowyard.components.registry import Registry
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.flows import service as flows
 from flowyard.iam.principal import Principal
 from tests.conftest import flow_body

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 
 from flowyard.app import create_app
 from flowyard.clock import utcnow
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.iam.models import LoginThrottle
 from tests.conftest import Factory
 

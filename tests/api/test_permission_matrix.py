@@ -36,9 +36,9 @@ from argon2 import PasswordHasher
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
-from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
 from flowyard.iam import passwords
+from flowyard.models import metadata
 from flowyard.webhooks import fastpath
 from tests.conftest import Account, Factory, flow_body
 

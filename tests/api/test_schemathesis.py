@@ -17,10 +17,10 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
 
 from flowyard.app import create_app
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.flows import service as flows_service
 from flowyard.iam import service as iam
 from flowyard.iam.principal import Principal

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowyard.api.listing import ListQuery, like_pattern
+from flowyard.components.registry import Registry
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
 from flowyard.iam.principal import Principal

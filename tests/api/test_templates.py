@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from flowyard.components.registry import Registry
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.errors import InvalidInput
 from flowyard.templates import service as template_service
 from tests.conftest import Account, Factory, flow_body

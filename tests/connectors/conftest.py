@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from flowyard.components.netpolicy import build_client
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
-from flowyard.engine.components import Registry
-from flowyard.engine.netpolicy import build_client
-from flowyard.engine.records import Outcome
+from flowyard.queue.records import Outcome
 from tests.conftest import IN_CI
 from tests.engine.test_graph import run
 

@@ -131,7 +131,7 @@ async def test_errors_bad_credentials_closed_port_timeout_policy(
 async def test_concurrent_steps_share_one_pool(
     http: httpx.AsyncClient, settings: Settings, direct: aioredis.Redis
 ) -> None:
-    from flowyard.connectors import redis as connector
+    from flowyard.components.connectors import redis as connector
 
     await connector._POOLS.close_all()
     k = key()

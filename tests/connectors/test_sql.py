@@ -11,10 +11,10 @@ import asyncpg
 import httpx
 import pytest
 
+from flowyard.components.builtins import ComponentError
+from flowyard.components.connectors import sql
+from flowyard.components.connectors.common import vet_host
 from flowyard.config import Settings
-from flowyard.connectors import sql
-from flowyard.connectors.common import vet_host
-from flowyard.engine.builtins import ComponentError
 from tests.conftest import wait_until
 from tests.connectors.conftest import REGISTRY, outputs, require_server, step, step_error
 from tests.engine.test_processes import _free_port

@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
+from flowyard.components.builtins import ComponentError
+from flowyard.components.connectors.amqp import consume_events
+from flowyard.components.connectors.mqtt import subscribe_events
+from flowyard.components.connectors.redis import xread_events
 from flowyard.config import Settings
-from flowyard.connectors.amqp import consume_events
-from flowyard.connectors.mqtt import subscribe_events
-from flowyard.connectors.redis import xread_events
-from flowyard.engine.builtins import ComponentError
-from flowyard.engine.triggers import TriggerContext, TriggerFunction
+from flowyard.triggers.leases import TriggerContext, TriggerFunction
 from tests.conftest import Factory, flow_body, wait_until
 from tests.connectors.conftest import REGISTRY
 

@@ -23,8 +23,8 @@ import redis.asyncio as aioredis
 import sqlalchemy as sa
 from pamqp import commands as spec
 
-from flowyard.engine.models import TriggerLease
-from flowyard.executions.models import Execution
+from flowyard.queue.models import Execution
+from flowyard.queue.trigger_lease import TriggerLease
 from tests.connectors.conftest import require_server
 from tests.engine.test_processes import Cluster, _empty, _login, _query
 

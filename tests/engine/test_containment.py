@@ -25,8 +25,8 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
-from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution
 from tests.conftest import flow_body
 from tests.engine.test_observability_processes import samples, value
 from tests.engine.test_processes import Cluster, _active_flow, _empty, _free_port, _login, _query

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import lifecycle, pruner
-from flowyard.executions.models import Execution
 from flowyard.flows.models import Flow
-from flowyard.webhooks.service import signature_header
+from flowyard.queue import pruner
+from flowyard.queue.models import Execution
+from flowyard.triggers import lifecycle
+from flowyard.webhooks.signature import signature_header
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 Client = httpx.AsyncClient

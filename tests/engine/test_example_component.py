@@ -10,12 +10,12 @@ from pathlib import Path
 import httpx
 
 from flowyard.clock import utcnow
+from flowyard.components import builtins
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
-from flowyard.engine import builtins
-from flowyard.engine.components import Registry
-from flowyard.engine.queue import Claimed
-from flowyard.engine.runner import CompiledFlow, run_execution
 from flowyard.flows.validation import validate_flow_body
+from flowyard.queue.store import Claimed
+from flowyard.runtime.runner import CompiledFlow, run_execution
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "flowyard-uppercase"
 

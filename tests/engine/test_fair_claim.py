@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import queue
-from flowyard.executions.models import Execution
 from flowyard.ids import new_id
+from flowyard.queue import store as queue
+from flowyard.queue.models import Execution
 from tests.conftest import Factory, flow_body, wait_until
 from tests.engine.test_engine_e2e import active_flow
 from tests.netfixtures import MakeClient, configured

@@ -12,12 +12,12 @@ import pytest
 from pydantic import BaseModel
 
 from flowyard.clock import utcnow
+from flowyard.components import builtins
+from flowyard.components.netpolicy import build_client
+from flowyard.components.registry import Component, Registry
 from flowyard.config import Settings
-from flowyard.engine import builtins
-from flowyard.engine.components import Component, Registry
-from flowyard.engine.netpolicy import build_client
-from flowyard.engine.queue import Claimed, Outcome
-from flowyard.engine.runner import CompiledFlow, FlowNotRunnable, run_execution
+from flowyard.queue.store import Claimed, Outcome
+from flowyard.runtime.runner import CompiledFlow, FlowNotRunnable, run_execution
 
 
 class _BoomFields(BaseModel):

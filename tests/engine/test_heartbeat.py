@@ -15,10 +15,12 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import heartbeat, queue, triggers
-from flowyard.engine.heartbeat import ProcessHeartbeat
-from flowyard.engine.models import TriggerLease
-from flowyard.executions.models import Execution
+from flowyard.queue import heartbeat
+from flowyard.queue import store as queue
+from flowyard.queue.heartbeat import ProcessHeartbeat
+from flowyard.queue.models import Execution
+from flowyard.queue.trigger_lease import TriggerLease
+from flowyard.triggers import leases as triggers
 from tests.engine.test_fair_claim import claim, seed
 
 

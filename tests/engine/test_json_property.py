@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowyard.app import create_app
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.jsonvalue import MAX_DEPTH
 from tests.conftest import Account, Factory, truncate
 from tests.engine.test_engine_e2e import active_flow

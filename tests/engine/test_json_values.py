@@ -14,8 +14,8 @@ import orjson
 import sqlalchemy as sa
 
 from flowyard.db.session import Database
-from flowyard.executions.models import Execution
 from flowyard.jsonvalue import MAX_DEPTH
+from flowyard.queue.models import Execution
 from tests.conftest import Account, Factory, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
 

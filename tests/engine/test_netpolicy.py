@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from flowyard.components.netpolicy import NetworkPolicy, build_client, classify
 from flowyard.config import Settings
-from flowyard.engine.netpolicy import NetworkPolicy, build_client, classify
-from flowyard.engine.queue import Outcome
+from flowyard.queue.store import Outcome
 from tests.conftest import Account, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
 from tests.engine.test_graph import run

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from flowyard.db.session import Database
-from flowyard.engine.hub import CompletionHub
-from flowyard.engine.notify import (
+from flowyard.queue.hub import CompletionHub
+from flowyard.queue.notify import (
     WORK,
     LocalNotifier,
     Notifier,

@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from flowyard.executions.models import Execution
-from flowyard.webhooks.service import signature_header
+from flowyard.queue.models import Execution
+from flowyard.webhooks.signature import signature_header
 from tests.engine.test_processes import ADMIN, Cluster, _empty, _query
 from tests.engine.test_serve_processes import Serve
 

@@ -29,8 +29,8 @@ from sqlalchemy.exc import DBAPIError
 
 from flowyard.db import migrate
 from flowyard.db.session import Database, asyncpg_dsn, pgbouncer_option
-from flowyard.engine.notify import PostgresNotifier, open_notifier
-from flowyard.executions.models import Execution
+from flowyard.queue.models import Execution
+from flowyard.queue.notify import PostgresNotifier, open_notifier
 from tests.conftest import IN_CI, flow_body
 from tests.engine.test_processes import Cluster, _empty, _free_port, _login, _query
 

@@ -1,4 +1,4 @@
-"""One bad item fails alone (docs/engine.md, ``engine/isolate.py``), on SQLite and PostgreSQL:
+"""One bad item fails alone (docs/engine.md, ``isolate.py``), on SQLite and PostgreSQL:
 for each batch path a poison item among good ones fails alone with its clear error, and every
 good one completes.
 
@@ -23,18 +23,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import jsonvalue
 from flowyard.clock import utcnow
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.engine import pruner, queue
-from flowyard.engine.components import Registry
-from flowyard.engine.pool import RunnerPool
-from flowyard.engine.records import Outcome, StepRecord
-from flowyard.engine.worker import Worker
-from flowyard.executions.models import ComponentDayCount, Execution, FlowDayCount
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
 from flowyard.jsonvalue import MAX_DEPTH
 from flowyard.logs.models import LogEntry
+from flowyard.queue import pruner
+from flowyard.queue import store as queue
+from flowyard.queue.models import ComponentDayCount, Execution, FlowDayCount
+from flowyard.queue.records import Outcome, StepRecord
+from flowyard.runtime.pool import RunnerPool
+from flowyard.runtime.worker import Worker
 from flowyard.secrets.crypto import SecretBox, load_key
 from tests.conftest import Account, Factory, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from flowyard.clock import utcnow
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
-from flowyard.engine.components import Registry
-from flowyard.engine.ipc import ProtocolError, outcome_from_wire
-from flowyard.engine.pool import FlowSpec, RunnerPool
-from flowyard.engine.queue import Claimed
-from flowyard.engine.runner import CompiledFlow
 from flowyard.ids import new_id
+from flowyard.queue.store import Claimed
+from flowyard.runtime.ipc import ProtocolError, outcome_from_wire
+from flowyard.runtime.pool import FlowSpec, RunnerPool
+from flowyard.runtime.runner import CompiledFlow
 
 pytestmark = [pytest.mark.slow]
 

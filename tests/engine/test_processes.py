@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 from flowyard.db.session import Database
-from flowyard.executions.models import Execution, FlowDayCount
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution, FlowDayCount
 from tests.conftest import flow_body, truncate
 
 pytestmark = [pytest.mark.slow]

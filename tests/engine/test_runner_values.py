@@ -16,14 +16,14 @@ from typing import Any
 import httpx
 import orjson
 
+from flowyard.components.builtins import WEBHOOK
+from flowyard.components.context import StepContext
+from flowyard.components.registry import Component, Message, Registry
 from flowyard.config import Settings
-from flowyard.engine.builtins import WEBHOOK
-from flowyard.engine.components import Component, Message, Registry
-from flowyard.engine.context import StepContext
-from flowyard.engine.ipc import SLOT_SIZE, Slot, claimed_to_wire, read_frame
-from flowyard.engine.records import Claimed
-from flowyard.engine.runner_process import RunnerProcess
 from flowyard.jsonvalue import MAX_DEPTH
+from flowyard.queue.records import Claimed
+from flowyard.runtime.ipc import SLOT_SIZE, Slot, claimed_to_wire, read_frame
+from flowyard.runtime.runner_process import RunnerProcess
 
 
 def nested(levels: int) -> Any:

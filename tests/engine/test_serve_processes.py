@@ -20,8 +20,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution
 from tests.engine.test_processes import ADMIN, _empty, _free_port, _query
 
 pytestmark = [pytest.mark.slow]

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution
 from tests.conftest import flow_body
 from tests.engine.test_processes import Cluster, _active_flow, _empty, _login, _query
 from tests.engine.test_serve_processes import _children

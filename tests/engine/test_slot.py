@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from flowyard.engine.ipc import SLOT_SIZE, Slot
+from flowyard.runtime.ipc import SLOT_SIZE, Slot
 
 # The writer publishes, for execution seq, the deadline seq * _D and nodes 1 then 2; the
 # reader can thus tell a true record from a mix of two.
@@ -29,7 +29,7 @@ _D = 1_000_003
 
 _HAMMER = f"""
 import mmap, sys
-from flowyard.engine.ipc import Slot
+from flowyard.runtime.ipc import Slot
 slot = Slot(mmap.mmap(int(sys.argv[1]), 0))
 print("ready", flush=True)
 seq = 0
@@ -43,7 +43,7 @@ while True:
 # Stops itself inside enter(): __index__ runs while the deadline is being stored.
 _PAUSED = """
 import mmap, os, signal, sys
-from flowyard.engine.ipc import Slot
+from flowyard.runtime.ipc import Slot
 slot = Slot(mmap.mmap(int(sys.argv[1]), 0))
 slot.enter(6, 6_000_000_000_000, 1)
 slot.leave()

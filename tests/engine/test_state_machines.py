@@ -13,11 +13,11 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.executions import status as ex
-from flowyard.executions.models import Execution
 from flowyard.flows import status as fl
 from flowyard.flows.models import Flow
 from flowyard.ids import new_id
+from flowyard.queue import status as ex
+from flowyard.queue.models import Execution
 
 FLOW_PAIRS = list(itertools.product(fl.FlowStatus, repeat=2))
 EXECUTION_PAIRS = list(itertools.product(ex.ExecutionStatus, repeat=2))

@@ -17,10 +17,13 @@ import sqlalchemy as sa
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
-from flowyard.engine import pruner
-from flowyard.executions.models import Execution
-from flowyard.webhooks.models import WebhookRateBucket
-from flowyard.webhooks.service import signature_header, signature_problem
+from flowyard.errors import Unauthorized
+from flowyard.queue import pruner
+from flowyard.queue.accept import Accepted, WebhookLimits, WebhookRequest, accept_batch
+from flowyard.queue.models import Execution
+from flowyard.queue.rate_buckets import WebhookRateBucket
+from flowyard.webhooks import signature
+from flowyard.webhooks.signature import signature_header, signature_problem
 from tests.conftest import Account, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
 from tests.netfixtures import MakeClient, configured
@@ -202,6 +205,30 @@ async def test_bad_signature_fails_alone_in_its_batch(
     # One batch stamps all its executions with one time: the good requests on both sides of the
     # bad ones were committed together, so the bad ones were in that batch and failed alone.
     assert len(stamps) == 8 and len(set(stamps)) == 1, stamps
+
+
+async def test_acceptance_without_a_signature_check_refuses_signed_flows(
+    configured: MakeClient, admin: Account, db: Database
+) -> None:
+    """The signature check reaches the queue's acceptance as a hook (``WebhookLimits.verify``,
+    passed in by app.py): without one, a webhook to a flow with a secret is refused, never
+    stored unchecked; a broker event (no signature, its component as the trigger) is not."""
+    c = await configured()
+    fid = await active_flow(c, admin, signed_flow())
+    now = int(time.time())
+
+    def request(header: str | None, trigger: str = "webhook") -> WebhookRequest:
+        return WebhookRequest(fid, {}, "h", BODY, None, header, trigger=trigger)
+
+    signed = signature_header(SECRET, BODY, now)
+    async with db.write() as session:
+        bare = await accept_batch(session, [request(signed), request(None, trigger="amqp")], WebhookLimits())
+    assert isinstance(bare[0], Unauthorized) and isinstance(bare[1], Accepted), bare
+    checked = WebhookLimits(verify=signature.check)
+    async with db.write() as session:
+        out = await accept_batch(session, [request(signed), request("garbage")], checked)
+    assert isinstance(out[0], Accepted) and isinstance(out[1], Unauthorized), out
+    assert await count_executions(db, fid) == 2
 
 
 # -- generic replies to anonymous callers ------------------------------------------------

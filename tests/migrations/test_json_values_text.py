@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from flowyard.db import migrate
 from flowyard.db.session import Database
-from flowyard.executions.models import Execution
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution
 from tests.migrations.test_migrations import _in_sync, empty_url
 
 __all__ = ["empty_url"]

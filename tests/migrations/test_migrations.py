@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db import migrate
-from flowyard.db.metadata import include_object, metadata
+from flowyard.models import include_object, metadata
 from tests.conftest import IN_CI, PG_ADMIN_DSN, _create_pg_database, _drop_pg_database, _pg_available
 
 

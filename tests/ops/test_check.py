@@ -18,11 +18,11 @@ from flowyard.clock import utcnow
 from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
-from flowyard.executions.models import Execution
 from flowyard.executions.service import steps_of
 from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
 from flowyard.ops.check import Report, check
+from flowyard.queue.models import Execution
 from tests.cli.test_cli import run
 from tests.engine.test_processes import _free_port
 from tests.migrations.test_migrations import empty_url  # noqa: F401 - fixture

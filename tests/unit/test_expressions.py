@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from flowyard.engine.expressions import ExpressionError, apply_mapper, compile_expression, compile_mapper
+from flowyard.components.expressions import ExpressionError, apply_mapper, compile_expression, compile_mapper
 
 
 def test_compiled_once_per_thread() -> None:

@@ -1,11 +1,11 @@
-"""The rule's owner, ``engine/isolate.py``, on its own: which items are settled, which are
+"""The rule's owner, ``isolate.py``, on its own: which items are settled, which are
 handed back, and how many transactions a poison item costs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flowyard.engine import isolate
+from flowyard import isolate
 from flowyard.errors import StorageUnavailable
 
 

@@ -62,8 +62,8 @@ def test_loads_stored_is_total_for_numbers_sqlite_kept() -> None:
 
 
 def test_broker_payloads_deeper_than_the_limit_become_their_text() -> None:
-    from flowyard.connectors.amqp import decode_body
-    from flowyard.connectors.redis import decode_entry
+    from flowyard.components.connectors.amqp import decode_body
+    from flowyard.components.connectors.redis import decode_entry
 
     assert decode_body(nested(MAX_DEPTH)) == orjson.loads(nested(MAX_DEPTH))
     assert decode_body(nested(MAX_DEPTH + 1)) == nested(MAX_DEPTH + 1).decode()

@@ -8,8 +8,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from flowyard.executions import periods
-from flowyard.executions.periods import cover, month_of, rollups_of, week_of
+from flowyard.queue import periods
+from flowyard.queue.periods import cover, month_of, rollups_of, week_of
 
 FIRST = date(2023, 12, 18)
 LAST = date(2024, 3, 12)  # 86 days: two year-month boundaries, February 29, every weekday

@@ -1,4 +1,5 @@
-"""Dependencies shared by every router: database, settings, caller, JSON body."""
+"""Dependencies shared by every router: database, settings, JSON body. The caller (who sent the
+request) is identity's: ``flowyard.iam.deps.Caller``; this kit imports no domain."""
 
 from __future__ import annotations
 
@@ -6,20 +7,13 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 
 from flowyard import jsonvalue
 from flowyard.api.problems import validation_problems
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.errors import InvalidInput, Unauthorized, UnsupportedMediaType
-from flowyard.iam import tokens
-from flowyard.iam.cache import PrincipalCache
-from flowyard.iam.principal import Principal
-from flowyard.iam.tokens import Lifetimes
-
-_bearer = HTTPBearer(auto_error=False, description="A token from POST /login or POST /tokens.")
+from flowyard.errors import InvalidInput, UnsupportedMediaType
 
 
 def get_db(request: Request) -> Database:
@@ -34,31 +28,6 @@ def get_settings(request: Request) -> Settings:
 
 DB = Annotated[Database, Depends(get_db)]
 AppSettings = Annotated[Settings, Depends(get_settings)]
-
-
-async def get_principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
-        raise Unauthorized("Authorization: Bearer <token> is required.")
-    cache: PrincipalCache = request.app.state.principals
-    key = tokens.hash_token(credentials.credentials)
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    db: Database = request.app.state.db
-    lifetimes = Lifetimes.of(request.app.state.settings)
-    resolved = await tokens.authenticate(db, credentials.credentials, lifetimes)
-    principal = resolved.principal
-    cache.put(key, principal, until=resolved.valid_until)
-    if resolved.slide:
-        async with db.write() as session:
-            await tokens.slide_session(session, principal.token_id, lifetimes)
-    return principal
-
-
-Caller = Annotated[Principal, Depends(get_principal)]
 
 
 def is_json_content_type(value: str | None) -> bool:

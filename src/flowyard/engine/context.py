@@ -1,43 +1,5 @@
-"""What a component function gets besides its message."""
+"""Compatibility: the step context's old import path (see ``flowyard.components.context``)."""
 
-from __future__ import annotations
+from flowyard.components.context import Reply, StepContext
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import httpx
-
-    from flowyard.config import Settings
-
-
-@dataclass
-class Reply:
-    """The synchronous webhook reply a ``respond`` node sets."""
-
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class StepContext:
-    execution_id: str
-    flow_id: str
-    node_id: str
-    component_id: str | None
-    function: str
-    tenant: str | None
-    fields: Any
-    credentials: dict[str, Any] | None
-    settings: Settings
-    http: httpx.AsyncClient
-    logs: list[dict[str, Any]]
-    reply: list[Reply]
-
-    def log(self, level: str, message: str, data: Any = None) -> None:
-        """Add an entry to the flow's logs (written with the step's result)."""
-        self.logs.append({"level": level, "message": message, "data": data})
-
-    def respond(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        self.reply[:] = [Reply(status, body, headers or {})]
+__all__ = ["Reply", "StepContext"]

@@ -7,16 +7,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from flowyard.api.deps import DB, Caller, read_json
+from flowyard.api.deps import DB, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.clock import utcnow
-from flowyard.engine.notify import WORK
 from flowyard.errors import InvalidInput, Problem
 from flowyard.executions import service
 from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
 from flowyard.flows.service import check_id
+from flowyard.iam.deps import Caller
+from flowyard.queue.notify import WORK
 
 router = APIRouter()
 

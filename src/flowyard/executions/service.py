@@ -15,24 +15,25 @@ from flowyard import ids
 from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat, utcnow
 from flowyard.db import dialect
-from flowyard.engine import queue
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
-from flowyard.executions import periods
-from flowyard.executions.models import (
-    ComponentDayCount,
-    ComponentPeriodCount,
-    Execution,
-    FlowDayCount,
-    FlowPeriodCount,
-)
-from flowyard.executions.status import EXECUTION_STATUSES
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
+from flowyard.iam.visibility import tenant_data_clause
 from flowyard.ids import is_valid_id, new_id
+from flowyard.queue import periods
+from flowyard.queue import store as queue
+from flowyard.queue.models import (
+    ComponentDayCount,
+    ComponentPeriodCount,
+    Execution,
+    FlowDayCount,
+    FlowPeriodCount,
+)
+from flowyard.queue.status import EXECUTION_STATUSES
 
 EXECUTION_FILTERS = frozenset({"flowId", "status"})
 FLOW_EXECUTION_FILTERS = frozenset({"status"})
@@ -43,7 +44,7 @@ GROUPINGS = ("user", "flow", "component")
 # - executions (list, get): ``tenant.flows.read`` and ``visible_clause``, i.e. the flow
 #   visibility rule of flows/service.py; running by hand: ``tenant.flows.update`` and a
 #   visible flow (``run_manually``);
-# - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause``.
+# - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause`` (iam/visibility.py).
 
 
 def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
@@ -67,18 +68,6 @@ def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
 
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
     return sa.or_(*visible_parts(principal))
-
-
-def tenant_data_clause(principal: Principal, tenant_col: Any, user_col: Any) -> sa.ColumnElement[bool]:
-    """Counts and logs: the caller's own tenant's data, or without a tenant the data of the
-    flows whose user owner it was; admins see all. ``user_col`` is the flow's user owner
-    recorded on the row."""
-    if principal.is_admin:
-        return sa.true()
-    if principal.tenant_id:
-        clause: sa.ColumnElement[bool] = tenant_col == principal.tenant_id
-        return clause
-    return sa.and_(tenant_col.is_(None), user_col == principal.user_id)
 
 
 async def run_manually(session: AsyncSession, principal: Principal, flow_id: str, payload: Any) -> str:
@@ -127,7 +116,7 @@ def to_dict(e: Execution) -> dict[str, Any]:
 
 
 def steps_of(e: Execution) -> list[dict[str, Any]]:
-    """The execution's step results as stored (executions/steps.py): none before it finished, nor
+    """The execution's step results as stored (queue/steps.py): none before it finished, nor
     when ``flowyard check --quarantine`` kept an unreadable document as a string of its text."""
     return list(e.steps) if isinstance(e.steps, list) else []
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from flowyard.api.deps import DB, Caller, json_body_doc, read_json
+from flowyard.api.deps import DB, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
@@ -15,6 +15,7 @@ from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowStatusChange
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
+from flowyard.iam.deps import Caller
 
 router = APIRouter(tags=["flows"])
 

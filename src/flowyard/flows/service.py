@@ -16,10 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard import ids
 from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause, search_ids
 from flowyard.clock import isoformat, utcnow
+from flowyard.components.registry import Registry
 from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
 from flowyard.db.session import Database
-from flowyard.engine.components import Registry
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
 from flowyard.flows.status import FlowStatus

@@ -7,7 +7,7 @@ moves it. Every write of ``flows.status`` goes through :func:`move` (a new flow 
                           +---- cannot run / bound passed ------------------------------+
 
 SPEC §3: ``start`` and ``stop`` are the API's (``flows/service.py``), the other moves the
-lifecycle reconciler's (``engine/lifecycle.py``), which also forces a flow stuck in
+lifecycle reconciler's (``triggers/lifecycle.py``), which also forces a flow stuck in
 ``starting`` or ``stopping`` past the bound to ``inactive``. Each move is one conditional
 ``UPDATE ... WHERE status = <from>``: of concurrent movers exactly one wins.
 

@@ -7,9 +7,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowyard.engine.components import Registry
-from flowyard.engine.cron import CronError, validate_cron
-from flowyard.engine.expressions import ExpressionError, compile_expression, compile_mapper
+from flowyard.components.cron import CronError, validate_cron
+from flowyard.components.expressions import ExpressionError, compile_expression, compile_mapper
+from flowyard.components.registry import Registry
 from flowyard.errors import Problem
 from flowyard.flows.status import FlowStatus
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.deps import DB, AppSettings, Caller, json_body_doc, parse_body
+from flowyard.api.deps import DB, AppSettings, json_body_doc, parse_body
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
@@ -19,6 +19,7 @@ from flowyard.iam import roles as role_service
 from flowyard.iam import tenants as tenant_service
 from flowyard.iam import tokens as token_service
 from flowyard.iam import users as user_service
+from flowyard.iam.deps import Caller
 from flowyard.iam.principal import Principal
 from flowyard.iam.schemas import (
     AccessToken,

@@ -3,7 +3,7 @@ the hot path of recording outcomes) and :func:`append_one`. The engine (queue, l
 scheduler) calls these in its own transaction, so an entry commits with the change it tells
 of. The runner processes build their entries as plain dicts of the same columns (they do not
 import the database layer); the queue appends them with the outcome. Pruning deletes old
-entries in ``engine/pruner.py``; nothing else writes ``logs``.
+entries in ``queue/pruner.py``; nothing else writes ``logs``.
 
 Imports: the log model, the clock and SQLAlchemy only (the engine may import this module).
 """

@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from flowyard.api.deps import DB, Caller
+from flowyard.api.deps import DB
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, page
 from flowyard.errors import InvalidInput, Problem
+from flowyard.iam.deps import Caller
 from flowyard.logs import service
 from flowyard.logs.schemas import LogEntryOut
 

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.api.listing import ListQuery
 from flowyard.clock import isoformat
 from flowyard.errors import Forbidden, InvalidInput, Problem
-from flowyard.executions import service as executions
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
+from flowyard.iam.visibility import tenant_data_clause
 from flowyard.logs.models import LogEntry
 
 LOG_FILTERS = frozenset({"tenant", "flowId", "stepId", "executionId"})
@@ -74,7 +74,7 @@ async def named_scope(session: AsyncSession, principal: Principal, named: str) -
         clause: sa.ColumnElement[bool] = LogEntry.tenant == named
         return clause
     if named == (principal.tenant_id or principal.user_id):
-        return executions.tenant_data_clause(principal, LogEntry.tenant, LogEntry.user_id)
+        return tenant_data_clause(principal, LogEntry.tenant, LogEntry.user_id)
     if principal.tenant_id:
         raise Forbidden("You can only read your own tenant's logs.")
     raise Forbidden("Without a tenant you can only read the logs of your own flows: name your user id.")

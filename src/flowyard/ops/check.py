@@ -34,12 +34,12 @@ import sqlalchemy as sa
 from flowyard.clock import isoformat, utcnow
 from flowyard.config import Settings
 from flowyard.db import migrate
-from flowyard.db.metadata import metadata
 from flowyard.db.session import Database
-from flowyard.engine import queue as engine_queue
-from flowyard.executions.models import Execution
 from flowyard.jsonvalue import MAX_DEPTH, depth_exceeds
+from flowyard.models import metadata
 from flowyard.ops.backup import inspect, sqlite_file
+from flowyard.queue import store as engine_queue
+from flowyard.queue.models import Execution
 
 
 @dataclass

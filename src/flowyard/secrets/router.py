@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 
-from flowyard.api.deps import DB, Caller, json_body_doc, parse_body
+from flowyard.api.deps import DB, json_body_doc, parse_body
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
+from flowyard.iam.deps import Caller
 from flowyard.secrets import service
 from flowyard.secrets.schemas import SecretCreate, SecretOut
 

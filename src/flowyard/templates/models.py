@@ -13,7 +13,7 @@ from flowyard.ids import new_id
 
 # The FTS5 table (SQLite) holding ``(id, name_lc, description_lc)`` of every template for
 # ``search``; written only by the triggers of migration 0008 (any write to ``templates`` keeps it in
-# step), read by ``api.listing.search_clause``. Not in the metadata: see ``db.metadata``.
+# step), read by ``api.listing.search_clause``. Not in the metadata: see ``flowyard.models``.
 SEARCH_TABLE = "templates_search"
 
 

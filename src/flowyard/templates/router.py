@@ -6,13 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from flowyard.api.deps import DB, Caller, json_body_doc, read_json
+from flowyard.api.deps import DB, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.flows import service as flows
 from flowyard.flows.schemas import Flow
 from flowyard.iam import permissions as perms
+from flowyard.iam.deps import Caller
 from flowyard.templates import service
 from flowyard.templates.schemas import FlowTemplate
 

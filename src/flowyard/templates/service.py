@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard import ids
 from flowyard.api.listing import ListQuery, order_by, search_clause
 from flowyard.clock import isoformat, utcnow
+from flowyard.components.registry import Registry
 from flowyard.db.dialect import dialect_name
-from flowyard.engine.components import Registry
 from flowyard.errors import Forbidden, InvalidInput, NotFound, Problem
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow

@@ -23,10 +23,10 @@ import sqlalchemy as sa
 from flowyard import jsonvalue
 from flowyard.api.deps import is_json_content_type
 from flowyard.db.session import Database
-from flowyard.engine.hub import CompletionHub
 from flowyard.errors import InvalidInput, Problem, UnsupportedMediaType, error_body
-from flowyard.executions.models import Execution
-from flowyard.webhooks.service import WebhookBatcher, WebhookRequest
+from flowyard.queue.accept import WebhookBatcher, WebhookRequest
+from flowyard.queue.hub import CompletionHub
+from flowyard.queue.models import Execution
 
 MAX_WAIT = 60.0
 FINISHED = ("succeeded", "failed", "cancelled")

@@ -13,7 +13,7 @@ from typing import Any
 from flowyard.api.docs import errors
 from flowyard.jsonvalue import MAX_DEPTH
 from flowyard.webhooks.handler import MAX_WAIT
-from flowyard.webhooks.service import SIGNATURE_FORMAT
+from flowyard.webhooks.signature import SIGNATURE_FORMAT
 
 PATH = "/webhooks/{flowId}"
 _ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}

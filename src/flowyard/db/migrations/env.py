@@ -20,8 +20,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from flowyard.db.base import UTCDateTime
-from flowyard.db.metadata import include_object, metadata
 from flowyard.db.session import engine_kwargs
+from flowyard.models import include_object, metadata
 
 config = context.config
 MIGRATION_LOCK = 0x466C6F77  # "Flow"

@@ -17,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 # (period, the SQL of its first day from a row's ``day``) per dialect: ISO weeks start on
-# Monday, months on the 1st (executions/periods.py).
+# Monday, months on the 1st (queue/periods.py).
 PERIOD_STARTS = {
     "sqlite": (("week", "date(day, 'weekday 0', '-6 days')"), ("month", "date(day, 'start of month')")),
     "postgresql": (

@@ -17,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 # Per dialect, per period: (the SQL of its first day from a row's ``day``, the day's offset in
-# it). ISO weeks start on Monday, months on the 1st (executions/periods.py).
+# it). ISO weeks start on Monday, months on the 1st (queue/periods.py).
 PERIODS = {
     "sqlite": (
         ("week", "date(day, 'weekday 0', '-6 days')", "((CAST(strftime('%w', day) AS INTEGER) + 6) % 7)"),

@@ -1,0 +1,349 @@
+"""The built-in components. They are registered through the same entry-point
+group as third-party ones (see pyproject.toml)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from flowyard.components.context import StepContext
+from flowyard.components.expressions import (
+    ExpressionError,
+    apply_mapper,
+    compile_expression,
+    compile_mapper,
+)
+from flowyard.components.netpolicy import refusal_of
+from flowyard.components.registry import Component, Message
+
+
+class ComponentError(Exception):
+    """A step failed for a reason its author can state; the text goes into the logs."""
+
+
+def _expr(value: str) -> str:
+    compile_expression(value)
+    return value
+
+
+class _Fields(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+async def passthrough(message: Message, _ctx: StepContext) -> Message:
+    return message
+
+
+WEBHOOK = Component.single(
+    "webhook",
+    "Trigger: receives the JSON posted to the flow's webhook and passes it on.",
+    "receive",
+    passthrough,
+    _Fields,
+    trigger=True,
+    awaits=False,
+)
+
+SCHEDULE = Component.single(
+    "schedule",
+    "Trigger: starts the flow on its cron schedule with the scheduled time as data.",
+    "tick",
+    passthrough,
+    _Fields,
+    trigger=True,
+    awaits=False,
+)
+
+
+class JsonataFields(_Fields):
+    expression: str = Field(
+        description="JSONata evaluated against the message data; the result is the new data."
+    )
+
+    _check = field_validator("expression")(_expr)
+
+
+async def jsonata_transform(message: Message, ctx: StepContext) -> Message:
+    result = compile_expression(ctx.fields.expression).evaluate(message["data"])
+    if result is None:
+        raise ComponentError(f"expression {ctx.fields.expression!r} yielded no value")
+    return {"data": result, "metadata": message["metadata"]}
+
+
+JSONATA = Component.single(
+    "jsonata",
+    "Transform the message data with a JSONata expression.",
+    "transform",
+    jsonata_transform,
+    JsonataFields,
+    awaits=False,
+)
+
+
+class FilterFields(_Fields):
+    condition: str = Field(description="JSONata; the message passes on only when it is truthy.")
+
+    _check = field_validator("condition")(_expr)
+
+
+def truthy(value: Any) -> bool:
+    """JSONata's boolean cast: empty arrays, strings, objects, 0 and null are false."""
+    if isinstance(value, list):
+        return any(truthy(v) for v in value)
+    return bool(value)
+
+
+async def filter_messages(message: Message, ctx: StepContext) -> Message | None:
+    return message if truthy(compile_expression(ctx.fields.condition).evaluate(message["data"])) else None
+
+
+FILTER = Component.single(
+    "filter",
+    "Drop the message unless a JSONata condition holds.",
+    "filter",
+    filter_messages,
+    FilterFields,
+    awaits=False,
+)
+
+
+class SplitFields(_Fields):
+    expression: str = Field("$", description="JSONata yielding the array to split; default: the data itself.")
+
+    _check = field_validator("expression")(_expr)
+
+
+async def split_array(message: Message, ctx: StepContext) -> list[Message]:
+    value = compile_expression(ctx.fields.expression).evaluate(message["data"])
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    budget = ctx.settings.max_messages
+    if len(items) > budget:
+        raise ComponentError(f"split would emit {len(items)} messages; the limit per execution is {budget}")
+    meta = message["metadata"]
+    return [{"data": item, "metadata": {**meta, "splitIndex": i}} for i, item in enumerate(items)]
+
+
+SPLIT = Component.single(
+    "split",
+    "Emit one message per element of an array.",
+    "split",
+    split_array,
+    SplitFields,
+    awaits=False,
+)
+
+
+class LogFields(_Fields):
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    message: str | None = Field(None, max_length=2000, description="Text of the entry; default: 'message'.")
+    includeData: bool = Field(True, description="Attach the message data to the entry.")
+
+
+async def log_message(message: Message, ctx: StepContext) -> Message:
+    ctx.log(
+        ctx.fields.level, ctx.fields.message or "message", message["data"] if ctx.fields.includeData else None
+    )
+    return message
+
+
+LOG = Component.single(
+    "log",
+    "Write the message to the flow's logs and pass it on.",
+    "log",
+    log_message,
+    LogFields,
+    awaits=False,
+)
+
+
+class DelayFields(_Fields):
+    seconds: float = Field(ge=0, le=3600, description="How long to wait before passing the message on.")
+
+
+async def delay(message: Message, ctx: StepContext) -> Message:
+    await asyncio.sleep(ctx.fields.seconds)
+    return message
+
+
+DELAY = Component.single(
+    "delay",
+    "Wait, then pass the message on (bounded by the step timeout).",
+    "delay",
+    delay,
+    DelayFields,
+)
+
+
+class RespondFields(_Fields):
+    status: int = Field(200, ge=200, le=599, description="HTTP status of the synchronous webhook reply.")
+    body: str | None = Field(None, description="JSONata for the reply body; default: the message data.")
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_expression(value)
+        return value
+
+
+async def respond(message: Message, ctx: StepContext) -> Message:
+    body = message["data"]
+    if ctx.fields.body is not None:
+        body = compile_expression(ctx.fields.body).evaluate(message["data"])
+    ctx.respond(ctx.fields.status, body, ctx.fields.headers)
+    return message
+
+
+RESPOND = Component.single(
+    "respond",
+    "Set the reply of a synchronous webhook call (?wait=) and pass the message on.",
+    "respond",
+    respond,
+    RespondFields,
+    awaits=False,
+)
+
+
+class HttpFields(_Fields):
+    url: str = Field(max_length=4000, description="Target URL; may hold {{ JSONata }} placeholders.")
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = Field(
+        None,
+        description="Request JSON: a mapper object (JSONata leaves); default: the data for POST/PUT/PATCH.",
+    )
+    timeout: float = Field(30.0, gt=0, le=300)
+    failOnError: bool = Field(True, description="Fail the step on a 4xx/5xx answer.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if "{{" not in value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: Any) -> Any:
+        if isinstance(value, dict | str):
+            try:
+                compile_mapper(value)
+            except ExpressionError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+def _size(n: int) -> str:
+    return f"{n / 1048576:g} MiB" if n % 1048576 == 0 else f"{n} bytes"
+
+
+async def _read_capped(resp: httpx.Response, cap: int) -> bytes | None:
+    """The (decoded) body, or None as soon as it grows past ``cap`` bytes."""
+    declared = resp.headers.get("content-length")
+    if (
+        declared is not None
+        and declared.isdigit()
+        and int(declared) > cap
+        and "content-encoding" not in resp.headers
+    ):
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _render_url(template: str, data: Any) -> str:
+    out, rest = "", template
+    while "{{" in rest:
+        before, _, tail = rest.partition("{{")
+        expr, sep, rest = tail.partition("}}")
+        if not sep:
+            raise ComponentError(f"unclosed '{{{{' in url {template!r}")
+        value = compile_expression(expr.strip()).evaluate(data)
+        out += before + ("" if value is None else str(value))
+    return out + rest
+
+
+async def http_request(message: Message, ctx: StepContext) -> Message:
+    f: HttpFields = ctx.fields
+    data = message["data"]
+    url = _render_url(f.url, data)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ComponentError(f"url {url!r} is not an http(s) URL")
+    headers = dict(f.headers)
+    auth: httpx.Auth | None = None
+    creds = ctx.credentials or {}
+    if "token" in creds:
+        headers.setdefault("Authorization", f"Bearer {creds['token']}")
+    elif "username" in creds:
+        auth = httpx.BasicAuth(str(creds["username"]), str(creds.get("password", "")))
+    for name, value in (creds.get("headers") or {}).items():
+        headers[str(name)] = str(value)
+    body: Any = None
+    if f.body is not None:
+        body = apply_mapper(compile_mapper(f.body), data) if isinstance(f.body, dict | str) else f.body
+    elif f.method in ("POST", "PUT", "PATCH"):
+        body = data
+    cap = ctx.settings.http_max_response_bytes
+    request = ctx.http.build_request(
+        f.method,
+        url,
+        headers=headers,
+        json=body if f.method not in ("GET", "HEAD", "DELETE") or body is not None else None,
+        timeout=f.timeout,
+    )
+    try:
+        resp = await ctx.http.send(request, auth=auth or httpx.USE_CLIENT_DEFAULT, stream=True)
+        try:
+            raw = await _read_capped(resp, cap)
+        finally:
+            await resp.aclose()
+    except httpx.HTTPError as exc:
+        refused = refusal_of(exc)
+        if refused is not None:
+            raise ComponentError(f"{f.method} {url}: {refused}") from None
+        raise ComponentError(f"{f.method} {url} failed: {type(exc).__name__}: {exc}") from None
+    if raw is None:
+        raise ComponentError(
+            f"{f.method} {url}: the response body exceeds the {_size(cap)} limit "
+            "(FLOWYARD_HTTP_MAX_RESPONSE_BYTES)"
+        )
+    content: Any
+    try:
+        content = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        content = raw.decode(resp.encoding or "utf-8", errors="replace")
+    if f.failOnError and resp.status_code >= 400:
+        raise ComponentError(f"{f.method} {url} answered {resp.status_code}")
+    return {
+        "data": {"status": resp.status_code, "headers": dict(resp.headers), "body": content},
+        "metadata": message["metadata"],
+    }
+
+
+HTTP = Component.single(
+    "http",
+    "Make an HTTP request; emits {status, headers, body}. Credentials: {token} (Bearer), "
+    "{username, password} (Basic) or {headers}.",
+    "request",
+    http_request,
+    HttpFields,
+)
+
+ALL: tuple[Component, ...] = (WEBHOOK, SCHEDULE, JSONATA, FILTER, SPLIT, HTTP, LOG, DELAY, RESPOND)

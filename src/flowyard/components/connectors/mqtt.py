@@ -1,0 +1,202 @@
+"""The ``mqtt`` component: publish with QoS 0 or 1 (aiomqtt over paho-mqtt).
+
+The client keeps the credential's host name (TLS verifies the certificate
+against it) but its socket goes to the address the network policy vetted: paho's
+socket factory is replaced on the instance, so no second lookup and no proxy
+environment is used. One connection per credential and runner process, closed when
+unused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import aiomqtt
+from pydantic import Field, field_validator
+
+from flowyard.components.builtins import ComponentError, _Fields, _render_url, passthrough
+from flowyard.components.connectors.amqp import decode_body
+from flowyard.components.connectors.common import (
+    Pools,
+    as_bytes,
+    check_mapper,
+    credential_key,
+    credential_url,
+    render,
+    tls_context,
+    vet_host,
+)
+from flowyard.components.context import StepContext
+from flowyard.components.events import Event, TriggerContext
+from flowyard.components.registry import Component, Message
+
+_SCHEMES = {"mqtt": 1883, "mqtts": 8883}
+
+
+class MqttPublishFields(_Fields):
+    topic: str | None = Field(
+        None, min_length=1, max_length=1024, description="publish: the topic; may hold {{ JSONata }}."
+    )
+    filter: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description="subscribe (trigger): the topic filter (+ and # allowed), subscribed with QoS 1.",
+    )
+    payload: Any = Field(None, description="Mapper (JSONata leaves) for the payload; default: the data.")
+    qos: Literal[0, 1] = Field(1, description="0: at most once; 1: the broker acknowledged it (PUBACK).")
+    retain: bool = False
+    timeout: float = Field(30.0, gt=0, le=300, description="Connect and acknowledgement timeout, seconds.")
+
+    _payload = field_validator("payload")(check_mapper)
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and "{{" not in value and ("+" in value or "#" in value):
+            raise ValueError("a publish topic may not contain the wildcards + or #")
+        return value
+
+
+async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float, key: str) -> aiomqtt.Client:
+    ep = credential_url(credentials, "mqtt", _SCHEMES)
+    address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
+    client = aiomqtt.Client(
+        hostname=ep.host,
+        port=ep.port,
+        username=ep.username,
+        password=ep.password,
+        identifier=f"flowyard-{uuid.uuid4().hex[:16]}",
+        tls_context=tls_context(credentials) if ep.scheme == "mqtts" else None,
+        timeout=seconds,
+        keepalive=30,
+    )
+    paho = client._client
+
+    def vetted_socket() -> socket.socket:
+        return socket.create_connection((address, ep.port), timeout=seconds)
+
+    paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
+    await client.__aenter__()
+
+    def lost(future: asyncio.Future[None]) -> None:
+        # The broker went away: drop this connection from the pool (the next step reconnects)
+        # and take the future's exception so it is not reported as never retrieved.
+        if not future.cancelled():
+            future.exception()
+        task = asyncio.get_running_loop().create_task(_POOLS.discard(key, client))
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
+
+    client._disconnected.add_done_callback(lost)
+    return client
+
+
+async def _close(client: aiomqtt.Client) -> None:
+    await client.__aexit__(None, None, None)
+
+
+_POOLS: Pools[aiomqtt.Client] = Pools(_close)
+_CLEANUPS: set[asyncio.Task[None]] = set()
+
+
+async def publish(message: Message, ctx: StepContext) -> Message:
+    f: MqttPublishFields = ctx.fields
+    data = message["data"]
+    if f.topic is None:
+        raise ComponentError("mqtt publish: the 'topic' field is required")
+    topic = _render_url(f.topic, data) if "{{" in f.topic else f.topic
+    if not topic or "+" in topic or "#" in topic:
+        raise ComponentError(f"mqtt: {topic!r} is not a topic to publish to")
+    payload = as_bytes(data if f.payload is None else render(f.payload, data))
+    creds = ctx.credentials or {}
+    key = credential_key("mqtt", creds, ctx.settings)
+    try:
+        async with (
+            asyncio.timeout(f.timeout),
+            _POOLS.use(
+                key, lambda: _connect(creds, ctx, f.timeout, key), ctx.settings.connector_idle_seconds
+            ) as client,
+        ):
+            await client.publish(topic, payload, qos=f.qos, retain=f.retain, timeout=f.timeout)
+    except TimeoutError:
+        await _POOLS.discard(key)
+        raise ComponentError(f"mqtt: no acknowledgement within {f.timeout:g} s") from None
+    except (aiomqtt.MqttError, OSError) as exc:
+        await _POOLS.discard(key)
+        raise ComponentError(f"mqtt: {type(exc).__name__}: {exc}") from None
+    return {"data": data, "metadata": {**message["metadata"], "mqtt": {"topic": topic, "qos": f.qos}}}
+
+
+async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
+    """The ``subscribe`` trigger: a persistent session (clean_session false, client id
+    ``flowyard-<flow id>`` whichever process holds the lease), QoS 1, PUBACK sent only after the
+    execution is stored (paho's manual acknowledgements), so the broker redelivers what was not
+    acknowledged when the consumer died, and queues messages while the flow is stopped."""
+    f: MqttPublishFields = ctx.fields
+    if not f.filter:
+        raise ComponentError("mqtt subscribe: the 'filter' field is required")
+    ep = credential_url(ctx.credentials, "mqtt", _SCHEMES)
+    address = await vet_host(ctx.settings, ep.host, ep.port, within=f.timeout)
+    client = aiomqtt.Client(
+        hostname=ep.host,
+        port=ep.port,
+        username=ep.username,
+        password=ep.password,
+        identifier=f"flowyard-{ctx.flow_id}",
+        clean_session=False,
+        tls_context=tls_context(ctx.credentials) if ep.scheme == "mqtts" else None,
+        timeout=f.timeout,
+        keepalive=30,
+    )
+    paho = client._client
+
+    def vetted_socket() -> socket.socket:
+        return socket.create_connection((address, ep.port), timeout=f.timeout)
+
+    paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
+    paho.manual_ack_set(True)
+    try:
+        async with client:
+            await client.subscribe(f.filter, qos=1, timeout=f.timeout)
+            await ctx.subscribed()
+            async for message in client.messages:
+                payload = message.payload
+                raw = payload if isinstance(payload, bytes) else str(payload).encode()
+                topic = message.topic.value
+                # MQTT has no message id: the packet id (mid) is reused within a session and
+                # across sessions. A redelivery keeps its topic, mid and payload, so their digest
+                # names it; a new message equal in all three within the idempotency window (24 h)
+                # is taken for a redelivery (documented in docs/components.md).
+                digest = hashlib.sha256(f"{topic}\0{message.mid}\0".encode() + raw).hexdigest()
+                qos = message.qos
+
+                async def ack(mid: int = message.mid, qos: int = qos) -> None:
+                    if qos > 0:
+                        paho.ack(mid, qos)
+
+                yield Event(id=f"sha256:{digest}", data=decode_body(raw), ack=ack)
+    except aiomqtt.MqttError as exc:
+        raise ComponentError(f"mqtt: {type(exc).__name__}: {exc}") from None
+
+
+COMPONENT = Component(
+    id="mqtt",
+    description="MQTT: publish with QoS 0/1. Credentials: {url} (mqtt://user:pw@host:1883 or mqtts://...), "
+    "optional {password}, {ca} (PEM).",
+    functions={"publish": publish, "subscribe": passthrough},
+    default_function="publish",
+    fields=MqttPublishFields,
+    events={"subscribe": subscribe_events},
+    function_descriptions={
+        "subscribe": "Trigger: one execution per message on `filter` (input: the JSON payload, else its "
+        "text); acknowledged (PUBACK) once the execution is stored.",
+        "publish": "Publish the payload to a topic (QoS 1: once the broker acknowledged); passes the "
+        "message on with metadata.mqtt.",
+    },
+)

@@ -1,0 +1,34 @@
+"""The component-facing side of event triggers (triggers/leases.py drives them): what a
+trigger function receives and yields. Kept apart from the lease code so that connector
+modules, which runner processes import, do not pull in SQLAlchemy and the models."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowyard.config import Settings
+
+
+@dataclass
+class Event:
+    """One broker message: ``id`` is the broker's message id (the idempotency key)."""
+
+    id: str
+    data: Any
+    ack: Callable[[], Awaitable[Any]]
+
+
+@dataclass
+class TriggerContext:
+    flow_id: str
+    node_id: str
+    fields: Any
+    credentials: dict[str, Any] | None
+    settings: Settings
+    subscribed: Callable[[], Awaitable[None]]
+
+
+TriggerFunction = Callable[[TriggerContext], AsyncIterator[Event]]

@@ -1,0 +1,25 @@
+"""Visibility rules shared by several domains: which recorded data a caller may read.
+
+Counts (``executions/service.py``) and logs (``logs/service.py``) scope their rows with
+``tenant_data_clause``, one rule in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowyard.iam.principal import Principal
+
+
+def tenant_data_clause(principal: Principal, tenant_col: Any, user_col: Any) -> sa.ColumnElement[bool]:
+    """Counts and logs: the caller's own tenant's data, or without a tenant the data of the
+    flows whose user owner it was; admins see all. ``user_col`` is the flow's user owner
+    recorded on the row."""
+    if principal.is_admin:
+        return sa.true()
+    if principal.tenant_id:
+        clause: sa.ColumnElement[bool] = tenant_col == principal.tenant_id
+        return clause
+    return sa.and_(tenant_col.is_(None), user_col == principal.user_id)

@@ -1,0 +1,174 @@
+"""Executions (which double as the durable work queue, and hold their step results), webhook
+idempotency keys and the per-day counters behind /icenter/executions."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column
+
+from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
+
+# How long a webhook Idempotency-Key answers with the first execution.
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+class Execution(Base):
+    __tablename__ = "executions"
+
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    # No foreign key: history and counts outlive a deleted flow.
+    flow_id: Mapped[str] = mapped_column(Id, nullable=False)
+    flow_version: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    owner_user: Mapped[str | None] = mapped_column(sa.String(64))
+    trigger: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # webhook | cron | manual
+    status: Mapped[str] = mapped_column(sa.String(16), nullable=False)
+    input: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    result: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    # The step results, one JSON document in the served shape (queue/steps.py), written
+    # with the outcome by the same UPDATE: no row per step. Deferred: lists do not read it.
+    steps: Mapped[Any] = mapped_column(JsonValue, nullable=True, deferred=True)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A cron tick's time: (flow_id, scheduled_for) is unique, so however many
+    # schedulers run, one tick makes one execution.
+    scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Who shares fairly in the queue: "t:<tenant>", or "u:<owner user>" for tenantless flows.
+    queue_group: Mapped[str | None] = mapped_column(sa.String(80))
+
+    __table_args__ = (
+        sa.UniqueConstraint("flow_id", "scheduled_for"),
+        # Claim: the oldest queued rows. Reaper: running rows by lease expiry.
+        sa.Index("ix_executions_status_id", "status", "id"),
+        # Fair claim: groups with queued work, their oldest rows, and what each runs.
+        sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
+        sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
+        sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
+        # The executions of deleted flows in a caller's scope, from the index alone.
+        sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
+        sa.Index("ix_executions_flow_status", "flow_id", "status"),
+    )
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    key: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    execution_id: Mapped[str] = mapped_column(Id, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)
+
+
+class FlowDayCount(Base):
+    """Executions triggered per flow per UTC day; never pruned."""
+
+    __tablename__ = "flow_day_counts"
+
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    flow_name: Mapped[str | None] = mapped_column(sa.String(200))
+    executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    # A tenant's counts read only that tenant's rows, from the index alone; an administrator's
+    # edge days (queue/periods.py) read every row of a few days, from the index alone.
+    __table_args__ = (
+        sa.Index(
+            "ix_flow_day_counts_tenant", "tenant", "day", "flow_id", "user_id", "flow_name", "executions"
+        ),
+        sa.Index("ix_flow_day_counts_day", "day", "flow_id", "tenant", "user_id", "flow_name", "executions"),
+    )
+
+
+class ComponentDayCount(Base):
+    """Steps run per component per flow per UTC day (the day the execution was triggered)."""
+
+    __tablename__ = "component_day_counts"
+
+    day: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    component_id: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    __table_args__ = (
+        sa.Index("ix_component_day_counts_tenant", "tenant", "day", "component_id", "flow_id", "steps"),
+        sa.Index("ix_component_day_counts_day", "day", "component_id", "flow_id", "steps"),
+    )
+
+
+# Rollups of the daily counters, written by the same upserts in the same transactions
+# (queue/counters.py), so that a frame reads whole months and weeks plus its edge days
+# (queue/periods.py). ``period`` is "week" (``start`` its Monday) or "month" (its 1st).
+# A rollup row carries the tenant, user and name last written in its period, as a daily row
+# does within its day. On SQLite the rows live in their primary key (WITHOUT ROWID): an
+# administrator's frame is one range read of the table itself.
+
+
+class FlowPeriodCount(Base):
+    """Executions triggered per flow per ISO week and per calendar month (UTC); never pruned."""
+
+    __tablename__ = "flow_period_counts"
+
+    period: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    start: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    flow_name: Mapped[str | None] = mapped_column(sa.String(200))
+    executions: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+
+    __table_args__ = (
+        sa.Index(
+            "ix_flow_period_counts_tenant",
+            "tenant",
+            "period",
+            "start",
+            "flow_id",
+            "user_id",
+            "flow_name",
+            "executions",
+        ),
+        {"sqlite_with_rowid": False},
+    )
+
+
+class ComponentPeriodCount(Base):
+    """Steps run per component per flow per ISO week and per calendar month (UTC)."""
+
+    __tablename__ = "component_period_counts"
+
+    period: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    start: Mapped[date] = mapped_column(sa.Date, primary_key=True)
+    component_id: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(sa.String(64))
+    user_id: Mapped[str | None] = mapped_column(sa.String(64))
+    steps: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
+    # The days of the period on which steps ran: bit i for the period's i-th day (from 0).
+    days: Mapped[int] = mapped_column(sa.BigInteger, nullable=False, server_default="0")
+
+    __table_args__ = (
+        sa.Index(
+            "ix_component_period_counts_tenant",
+            "tenant",
+            "period",
+            "start",
+            "component_id",
+            "flow_id",
+            "steps",
+            "days",
+        ),
+        {"sqlite_with_rowid": False},
+    )

@@ -1,0 +1,32 @@
+"""An execution's step results: one JSON document on the execution row (``executions.steps``),
+stored in the shape ``GET /executions/{id}`` serves (SPEC §6), so recording an outcome is one
+UPDATE per execution and reading it needs no reshaping. The only place that shape is made."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flowyard.clock import isoformat
+from flowyard.queue.records import StepRecord
+
+
+def document(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
+    """The stored and served steps, in the order their nodes first ran."""
+    return [
+        {
+            "nodeId": s.node_id,
+            "componentId": s.component_id,
+            "function": s.function,
+            "status": s.status,
+            "runs": s.runs,
+            "messagesIn": s.messages_in,
+            "messagesOut": s.messages_out,
+            "durationMs": s.duration_ms,
+            "startedAt": isoformat(s.started_at),
+            "finishedAt": isoformat(s.finished_at),
+            "error": s.error,
+            "output": s.output,
+        }
+        for s in sorted(steps, key=lambda s: s.position)
+    ]

@@ -1,0 +1,547 @@
+"""The durable work queue: executions are rows. A trigger is a committed row
+before it is acknowledged; workers claim rows with a lease; a dead worker's
+lease expires and the reaper puts its rows back in the queue.
+
+PostgreSQL claims with ``FOR UPDATE SKIP LOCKED`` so many workers never wait
+on one another; SQLite has one writer at a time (``BEGIN IMMEDIATE``), which
+makes the same UPDATE a safe single claimer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard import isolate
+from flowyard.clock import utcnow
+from flowyard.db.dialect import dialect_name, insert_ignore
+from flowyard.flows.models import Flow
+from flowyard.logs.append import append as append_logs
+from flowyard.logs.append import entry as log_entry
+from flowyard.queue import counters, steps
+from flowyard.queue import status as execution_status
+from flowyard.queue.models import Execution
+from flowyard.queue.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
+from flowyard.queue.status import UNFINISHED, ExecutionStatus
+
+# Core tables for the hot paths: executemany INSERT/UPDATE without the ORM's bulk machinery.
+_EXECUTIONS = cast(sa.Table, Execution.__table__)
+RUNNING, QUEUED = ExecutionStatus.RUNNING, ExecutionStatus.QUEUED
+
+
+@dataclass
+class NewExecution:
+    id: str
+    flow_id: str
+    flow_version: int
+    flow_name: str
+    tenant: str | None
+    owner_user: str | None
+    trigger: str
+    input: Any
+    created_at: datetime
+    scheduled_for: datetime | None = None
+
+
+def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
+    return next((o["id"] for o in owners if o.get("type") == "user"), None)
+
+
+def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
+    """The unit of fair sharing: a tenant, or the owner of tenantless flows."""
+    if tenant:
+        return f"t:{tenant}"
+    return f"u:{owner_user}" if owner_user else "-"
+
+
+async def enqueue(
+    session: AsyncSession,
+    items: Sequence[NewExecution],
+    *,
+    skip_duplicates: bool = False,
+    count: bool = True,
+) -> list[str]:
+    """Insert queued executions and count them, in the caller's transaction.
+
+    With ``skip_duplicates`` a row whose (flow, scheduled time) exists already is
+    skipped (another scheduler got there first) and not counted. ``count=False``: not
+    counted at all (their count could not be written: ``isolate.py``).
+    """
+    if not items:
+        return []
+    rows = [
+        {
+            "id": e.id,
+            "flow_id": e.flow_id,
+            "flow_version": e.flow_version,
+            "tenant": e.tenant,
+            "owner_user": e.owner_user,
+            "trigger": e.trigger,
+            "status": ExecutionStatus.QUEUED,
+            "input": e.input,
+            "created_at": e.created_at,
+            "scheduled_for": e.scheduled_for,
+            "attempts": 0,
+            "queue_group": queue_group_of(e.tenant, e.owner_user),
+        }
+        for e in items
+    ]
+    inserted = items
+    if skip_duplicates:
+        kept = []
+        for e, row in zip(items, rows, strict=True):
+            stmt = insert_ignore(session, Execution, ["flow_id", "scheduled_for"]).values(**row)
+            result = await session.execute(stmt)
+            if result.rowcount == 1:  # type: ignore[attr-defined]
+                kept.append(e)
+        inserted = kept
+    else:
+        await session.execute(sa.insert(_EXECUTIONS), rows)
+    counts: Counter[tuple[Any, str]] = Counter()
+    info: dict[str, NewExecution] = {}
+    latest: dict[str, datetime] = {}
+    for e in inserted:
+        if count:
+            counts[(e.created_at.date(), e.flow_id)] += 1
+        info[e.flow_id] = e
+        latest[e.flow_id] = max(latest.get(e.flow_id, e.created_at), e.created_at)
+    await counters.add_flow_counts(
+        session,
+        [
+            {
+                "day": day,
+                "flow_id": fid,
+                "tenant": info[fid].tenant,
+                "user_id": info[fid].owner_user,
+                "flow_name": info[fid].flow_name,
+                "executions": n,
+            }
+            for (day, fid), n in counts.items()
+        ],
+    )
+    for fid, when in sorted(latest.items()):
+        await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == fid)
+            .values(last_execution_at=when)
+            .execution_options(synchronize_session=False)
+        )
+    return [e.id for e in inserted]
+
+
+# Groups with queued work and the oldest queued id of each: a loose index scan over
+# (status, queue_group, id), one index probe per group, however long the queue is.
+_QUEUED_GROUPS = sa.text(
+    """
+    WITH RECURSIVE g(grp) AS (
+        SELECT (SELECT queue_group FROM executions
+                WHERE status = 'queued' AND queue_group IS NOT NULL ORDER BY queue_group LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.queue_group FROM executions e
+                WHERE e.status = 'queued' AND e.queue_group > g.grp ORDER BY e.queue_group LIMIT 1)
+        FROM g WHERE g.grp IS NOT NULL
+    )
+    SELECT grp, (SELECT e.id FROM executions e
+                 WHERE e.status = 'queued' AND e.queue_group = g.grp ORDER BY e.id LIMIT 1)
+    FROM g WHERE grp IS NOT NULL
+    """
+)
+
+
+async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) -> list[str]:
+    """Ids of up to ``limit`` queued executions, shared fairly across queue groups.
+
+    Each slot goes to the group running the fewest executions now (counting those
+    this claim takes), ties to the group whose oldest queued execution is oldest:
+    a tenant with a backlog of thousands takes no slot from one with a single new
+    execution, and no group waits behind another's backlog. A group with fewer
+    queued rows than its share leaves the rest to the others; anything still
+    unfilled goes to the oldest queued rows.
+    """
+    heads = {grp: head for grp, head in (await session.execute(_QUEUED_GROUPS)).all()}
+    if not heads:
+        return []
+    running = {
+        grp: n
+        for grp, n in (
+            await session.execute(
+                sa.select(Execution.queue_group, sa.func.count())
+                .where(Execution.status == RUNNING)
+                .group_by(Execution.queue_group)
+            )
+        ).all()
+    }
+    load = {grp: running.get(grp, 0) for grp in heads}
+    picked: list[str] = []
+    open_groups = set(heads)
+    while len(picked) < limit and open_groups:
+        # Water-filling: each slot to the least loaded group (a heap: many groups stay cheap).
+        want: Counter[str] = Counter()
+        heap = [(load[g], heads[g], g) for g in open_groups]
+        heapq.heapify(heap)
+        for _ in range(limit - len(picked)):
+            n, head, grp = heapq.heappop(heap)
+            want[grp] += 1
+            heapq.heappush(heap, (n + 1, head, grp))
+        for grp in sorted(want, key=lambda g: heads[g]):
+            pick = (
+                sa.select(Execution.id)
+                .where(Execution.status == QUEUED, Execution.queue_group == grp)
+                .order_by(Execution.id)
+                .limit(want[grp])
+            )
+            if picked:
+                pick = pick.where(Execution.id.not_in(picked))
+            if skip_locked:
+                pick = pick.with_for_update(skip_locked=True)
+            ids = list((await session.scalars(pick)).all())
+            picked += ids
+            load[grp] += len(ids)
+            if len(ids) < want[grp]:
+                open_groups.discard(grp)  # drained (or the rest is locked by another claimer)
+    if len(picked) < limit:
+        rest = sa.select(Execution.id).where(Execution.status == QUEUED).order_by(Execution.id)
+        if picked:
+            rest = rest.where(Execution.id.not_in(picked))
+        rest = rest.limit(limit - len(picked))
+        if skip_locked:
+            rest = rest.with_for_update(skip_locked=True)
+        picked += list((await session.scalars(rest)).all())
+    return picked
+
+
+@dataclass
+class Unreadable:
+    """A claimed execution whose stored input could not be read: failed at the claim."""
+
+    id: str
+    flow_id: str
+    trigger: str
+    error: str
+
+
+async def claim(
+    session: AsyncSession,
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float,
+    unreadable: list[Unreadable] | None = None,
+) -> list[Claimed]:
+    """Take up to ``limit`` queued executions, fairly across tenants (see ``_pick_fairly``).
+
+    PostgreSQL: the picked rows are locked with SKIP LOCKED, so concurrent
+    claimers take disjoint rows without waiting. SQLite: the caller's write
+    transaction (BEGIN IMMEDIATE) makes this the only claimer.
+
+    The input comes back as text and is decoded row by row: a row whose input cannot
+    be decoded fails alone in this transaction (status ``failed``, a clear error, an
+    ``error`` log entry; appended to ``unreadable``) while the others are claimed.
+    """
+    now = utcnow()
+    picked = await _pick_fairly(session, limit, skip_locked=dialect_name(session) == "postgresql")
+    if not picked:
+        return []
+    stmt = (
+        execution_status.update(QUEUED, RUNNING)
+        .where(Execution.id.in_(picked))
+        .values(
+            lease_owner=worker_id,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=sa.func.coalesce(Execution.started_at, now),
+            attempts=Execution.attempts + 1,
+        )
+        .returning(
+            Execution.id,
+            Execution.flow_id,
+            Execution.flow_version,
+            Execution.tenant,
+            Execution.owner_user,
+            Execution.trigger,
+            sa.cast(Execution.input, sa.Text).label("input"),
+            Execution.attempts,
+            Execution.created_at,
+            Execution.scheduled_for,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    rows = (await session.execute(stmt)).all()
+    bad: list[tuple[Any, str]] = []
+
+    def decode(row: Any) -> Claimed:
+        return Claimed(
+            id=row.id,
+            flow_id=row.flow_id,
+            flow_version=row.flow_version,
+            tenant=row.tenant,
+            owner_user=row.owner_user,
+            trigger=row.trigger,
+            input=None if row.input is None else orjson.loads(row.input),
+            attempts=row.attempts,
+            created_at=row.created_at,
+            scheduled_for=row.scheduled_for,
+        )
+
+    def on_poison(row: Any, exc: BaseException) -> None:
+        bad.append((row, f"its input could not be read: {isolate.reason(exc)}"))
+
+    claimed = [c for _row, c in isolate.each(rows, decode, on_poison)]
+    if bad:
+        await _fail_unreadable(session, bad, now)
+        if unreadable is not None:
+            unreadable += [Unreadable(row.id, row.flow_id, row.trigger, error) for row, error in bad]
+    order = {eid: i for i, eid in enumerate(picked)}
+    return sorted(claimed, key=lambda c: order[c.id])
+
+
+async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]], now: datetime) -> None:
+    await session.execute(
+        execution_status.update(RUNNING, ExecutionStatus.FAILED)  # claimed just now, in this transaction
+        .where(_EXECUTIONS.c.id == sa.bindparam("eid"))
+        .values(
+            error=sa.bindparam("err"),
+            finished_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        ),
+        [{"eid": row.id, "err": error} for row, error in bad],
+    )
+    await append_logs(session, _failure_entries(bad, now))
+
+
+def _failure_entries(failed: Iterable[tuple[Any, str | None]], now: datetime) -> list[dict[str, Any]]:
+    """The ``error`` log entry of each execution the queue fails (a row or an Execution with its
+    id, flow, tenant and owner, and the error)."""
+    return [
+        log_entry(
+            "error",
+            f"execution {row.id} failed: {error}",
+            tenant=row.tenant,
+            user_id=row.owner_user,
+            flow_id=row.flow_id,
+            execution_id=row.id,
+            timestamp=now,
+        )
+        for row, error in failed
+    ]
+
+
+async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], lease_seconds: float) -> None:
+    if not ids:
+        return
+    await session.execute(
+        sa.update(Execution)
+        .where(Execution.id.in_(list(ids)), Execution.status == RUNNING, Execution.lease_owner == worker_id)
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def complete(
+    session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str, count: bool = True
+) -> set[str]:
+    """Record finished executions (with their steps), their logs and component counts in one transaction.
+
+    Only executions this worker still holds are recorded: if the lease was lost
+    (another worker re-ran it) or the execution was cancelled meanwhile, the
+    outcome is dropped so no execution is ever recorded twice. ``count=False``: their
+    steps are not counted (the count could not be written: ``isolate.py``).
+    """
+    if not outcomes:
+        return set()
+    ids = [o.execution_id for o in outcomes]
+    held_q = sa.select(Execution.id).where(
+        Execution.id.in_(ids), Execution.status == RUNNING, Execution.lease_owner == worker_id
+    )
+    if dialect_name(session) == "postgresql":
+        held_q = held_q.with_for_update()
+    held = set((await session.scalars(held_q)).all())
+    mine = [o for o in outcomes if o.execution_id in held]
+    if not mine:
+        return held
+    table = _EXECUTIONS
+    await session.execute(
+        execution_status.update(RUNNING, sa.bindparam("st"))
+        .where(table.c.id == sa.bindparam("eid"))
+        .values(
+            result=sa.bindparam("res"),
+            steps=sa.bindparam("stp"),
+            error=sa.bindparam("err"),
+            finished_at=sa.bindparam("fin"),
+            lease_owner=None,
+            lease_expires_at=None,
+        ),
+        [
+            {
+                "eid": o.execution_id,
+                "st": execution_status.check(RUNNING, o.status),
+                "res": o.result,
+                "stp": steps.document(o.steps),
+                "err": o.error,
+                "fin": o.finished_at,
+            }
+            for o in mine
+        ],
+    )
+    logs = [entry for o in mine for entry in o.logs]
+    if logs:
+        await append_logs(session, logs)
+    comp: Counter[tuple[Any, str, str]] = Counter()
+    who: dict[str, Outcome] = {}
+    for o in mine if count else ():
+        who[o.flow_id] = o
+        for s in o.steps:
+            if s.component_id:
+                comp[(o.created_at.date(), s.component_id, o.flow_id)] += s.runs
+    await counters.add_component_counts(
+        session,
+        [
+            {
+                "day": day,
+                "component_id": cid,
+                "flow_id": fid,
+                "tenant": who[fid].tenant,
+                "user_id": who[fid].owner_user,
+                "steps": n,
+            }
+            for (day, cid, fid), n in comp.items()
+        ],
+    )
+    return held
+
+
+async def reap(
+    session: AsyncSession, *, max_attempts: int, owners: Sequence[str] | None = None
+) -> tuple[int, list[Execution]]:
+    """Re-queue executions whose worker died; fail those that keep dying (an ``error`` log entry each).
+
+    A worker is dead when its lease expired or, with ``owners``, when it is one of
+    those processes (their heartbeat stopped, ``flowyard.queue.heartbeat``): their
+    executions are taken back at once, whatever their lease says. Either way it is
+    a re-run, counted against ``max_attempts``.
+    """
+    if owners is not None and not owners:
+        return 0, []
+    now = utcnow()
+    died = Execution.lease_owner.in_(list(owners)) if owners is not None else Execution.lease_expires_at < now
+    requeued = await session.execute(
+        execution_status.update(RUNNING, QUEUED)
+        .where(died, Execution.attempts < max_attempts)
+        .values(lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    dead = list(
+        (
+            await session.scalars(
+                sa.select(Execution).where(
+                    Execution.status == RUNNING, died, Execution.attempts >= max_attempts
+                )
+            )
+        ).all()
+    )
+    for e in dead:
+        e.status = execution_status.check(RUNNING, ExecutionStatus.FAILED)  # loaded under this transaction
+        e.error = f"abandoned: its worker died {e.attempts} times while running it"
+        e.finished_at = now
+        e.lease_owner = None
+        e.lease_expires_at = None
+    await append_logs(session, _failure_entries(((e, e.error) for e in dead), now))
+    return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
+
+
+async def release(session: AsyncSession, *, worker_id: str, ids: Sequence[str], started: bool) -> int:
+    """Hand executions this worker holds back to the queue at once (it is stopping).
+
+    ``started=False``: they never reached a runner, so the claim is not counted as a run.
+    """
+    if not ids:
+        return 0
+    values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+    if not started:
+        values["attempts"] = Execution.attempts - 1
+    result = await session.execute(
+        execution_status.update(RUNNING, QUEUED)
+        .where(Execution.id.in_(list(ids)), Execution.lease_owner == worker_id)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) -> list[str]:
+    """Cancel whatever of a flow is still queued or running (stop grace period over)."""
+    now = utcnow()
+    ids = list(
+        (
+            await session.scalars(
+                sa.select(Execution.id).where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
+            )
+        ).all()
+    )
+    if ids:
+        await session.execute(
+            execution_status.update(UNFINISHED, ExecutionStatus.CANCELLED)
+            .where(Execution.id.in_(ids))
+            .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+    return ids
+
+
+async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str) -> list[str]:
+    """Fail those of ``ids`` that are still queued or running, with ``reason`` (an execution
+    that cannot run, such as one whose input cannot be read); returns the ones failed."""
+    if not ids:
+        return []
+    unfinished = Execution.status.in_(UNFINISHED)
+    found = list(
+        (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
+    )
+    if found:
+        await session.execute(
+            execution_status.update(UNFINISHED, ExecutionStatus.FAILED)
+            .where(Execution.id.in_(found))
+            .values(error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+    return found
+
+
+async def unfinished_count(session: AsyncSession, flow_id: str) -> int:
+    return int(
+        await session.scalar(
+            sa.select(sa.func.count())
+            .select_from(Execution)
+            .where(Execution.flow_id == flow_id, Execution.status.in_(UNFINISHED))
+        )
+        or 0
+    )
+
+
+async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
+    """Executions queued and running now, and the age in seconds of the oldest queued one
+    (0: none), for the metrics. The oldest is one probe of (status, id): ids begin with
+    their creation second."""
+    counts = {
+        status: int(n)
+        for status, n in (
+            await session.execute(
+                sa.select(Execution.status, sa.func.count())
+                .where(Execution.status.in_(UNFINISHED))
+                .group_by(Execution.status)
+            )
+        ).all()
+    }
+    oldest = await session.scalar(sa.select(sa.func.min(Execution.id)).where(Execution.status == QUEUED))
+    age = 0.0
+    if oldest:
+        age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))
+    return counts, age

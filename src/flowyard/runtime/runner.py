@@ -1,0 +1,472 @@
+"""The graph runner: compiles a flow version once, then runs executions of it.
+
+Semantics (docs/engine.md): nodes without incoming edges receive the trigger
+message; a node's function returns zero, one or many messages; each is offered
+to every outgoing edge, which passes it when its ``condition`` is truthy and
+hands the target the ``mapper``'s result (or the data unchanged). A node with
+several incoming edges runs once per arriving message. Messages are processed
+breadth-first, one at a time, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from flowyard.clock import isoformat, utcnow
+from flowyard.components.builtins import ComponentError, truthy
+from flowyard.components.context import Reply, StepContext
+from flowyard.components.expressions import (
+    Expression,
+    ExpressionError,
+    apply_mapper,
+    compile_expression,
+    compile_mapper,
+)
+from flowyard.components.registry import Component, ComponentFunction, Message, Registry
+from flowyard.jsonvalue import TooDeep, depth_exceeds
+from flowyard.queue.records import Claimed, Outcome, StepRecord
+
+if TYPE_CHECKING:
+    import httpx
+
+    from flowyard.config import Settings
+
+_OUTPUT_SAMPLE = 3
+_OUTPUT_BYTES = 64 * 1024
+
+
+class FlowNotRunnable(Exception):
+    """The flow cannot run here (a component is missing, its graph is broken)."""
+
+
+@dataclass
+class CompiledNode:
+    id: str
+    component: Component | None
+    function: str | None
+    fn: ComponentFunction | None
+    fields: Any
+    credentials_id: str | None
+    awaits: bool = True
+
+
+@dataclass
+class CompiledEdge:
+    id: str
+    source: str
+    target: str
+    condition: Expression | None
+    mapper: Any
+
+
+@dataclass
+class CompiledFlow:
+    flow_id: str
+    version: int
+    tenant: str | None
+    owner_user: str | None
+    nodes: dict[str, CompiledNode]
+    out_edges: dict[str, list[CompiledEdge]]
+    roots: list[str]
+    credentials: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def credential_ids(self) -> list[str]:
+        return sorted({n.credentials_id for n in self.nodes.values() if n.credentials_id})
+
+    @classmethod
+    def compile(
+        cls,
+        *,
+        flow_id: str,
+        version: int,
+        tenant: str | None,
+        owner_user: str | None,
+        graph: dict[str, Any],
+        registry: Registry,
+    ) -> CompiledFlow:
+        nodes: dict[str, CompiledNode] = {}
+        for raw in graph.get("nodes", []):
+            cid = raw.get("componentId")
+            component = registry.get(cid) if cid else None
+            if cid and component is None:
+                raise FlowNotRunnable(f"node {raw['id']}: component {cid!r} is not installed")
+            fn = None
+            function = raw.get("function")
+            fields: Any = raw.get("fields") or {}
+            if component is not None:
+                function = function or component.default_function
+                fn = component.functions.get(function)
+                if fn is None:
+                    raise FlowNotRunnable(f"node {raw['id']}: component {cid!r} has no function {function!r}")
+                try:
+                    fields = component.parse_fields(fields)
+                except Exception as exc:
+                    raise FlowNotRunnable(f"node {raw['id']}: invalid fields: {exc}") from None
+            nodes[raw["id"]] = CompiledNode(
+                raw["id"],
+                component,
+                function,
+                fn,
+                fields,
+                raw.get("credentials_id"),
+                awaits=component.awaits if component is not None else False,
+            )
+        out_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
+        targets = set()
+        for i, raw in enumerate(graph.get("edges", [])):
+            src, dst = raw.get("source"), raw.get("target")
+            if src not in nodes or dst not in nodes:
+                raise FlowNotRunnable(f"edge {raw.get('id') or i}: unknown node")
+            config = raw.get("config") or {}
+            try:
+                cond = compile_expression(config["condition"]) if config.get("condition") else None
+                mapper = compile_mapper(config["mapper"]) if config.get("mapper") is not None else None
+            except ExpressionError as exc:
+                raise FlowNotRunnable(f"edge {raw.get('id') or i}: {exc}") from None
+            out_edges[src].append(CompiledEdge(raw.get("id") or f"{src}->{dst}", src, dst, cond, mapper))
+            targets.add(dst)
+        roots = [n for n in nodes if n not in targets]
+        if not roots:
+            raise FlowNotRunnable("the graph has no node without incoming edges")
+        return cls(flow_id, version, tenant, owner_user, nodes, out_edges, roots)
+
+
+@dataclass
+class _Stats:
+    position: int
+    runs: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+    duration: float = 0.0
+    started_at: Any = None
+    finished_at: Any = None
+    error: str | None = None
+    outputs: list[Any] = field(default_factory=list)
+
+
+class StepFailed(Exception):
+    def __init__(self, node_id: str, message: str) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+        self.message = message
+
+    @property
+    def error(self) -> str:
+        return f"step {self.node_id} failed: {self.message}"
+
+
+class LimitExceeded(StepFailed):
+    """The execution ran out of one of its limits (wall time here; CPU and memory in the pool)."""
+
+    @property
+    def error(self) -> str:
+        return f"step {self.node_id} {self.message}"
+
+
+def limit_message(limit: str, settings: Settings) -> str:
+    """``exceeded the 10 s CPU limit``: the one wording of every limit, wherever it is enforced."""
+    if limit == "cpu":
+        return f"exceeded the {settings.execution_cpu_seconds:g} s CPU limit"
+    if limit == "memory":
+        return f"exceeded the {settings.runner_memory_mb} MiB memory limit"
+    return f"exceeded the {settings.execution_wall_seconds:g} s wall-time limit"
+
+
+def _as_messages(value: Any, metadata: dict[str, Any]) -> list[Message]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or "data" not in item:
+            raise ComponentError("a component must return messages shaped {data, metadata}")
+        meta = item.get("metadata")
+        out.append({"data": item["data"], "metadata": meta if isinstance(meta, dict) else metadata})
+    return out
+
+
+def _sample(values: list[Any]) -> Any:
+    if not values:
+        return None
+    encoded = orjson.dumps(values)
+    if len(encoded) > _OUTPUT_BYTES:
+        return {"truncated": True, "bytes": len(encoded)}
+    return values
+
+
+async def run_execution(
+    flow: CompiledFlow,
+    execution: Claimed,
+    *,
+    settings: Settings,
+    http: httpx.AsyncClient,
+    credentials: dict[str, dict[str, Any]] | None = None,
+    deadline: float | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Run one execution to its end; never raises for a failing step.
+
+    ``deadline`` (``time.monotonic()``) is the wall-time limit: no step starts
+    after it and an awaiting step is cut off at it. ``on_step`` is told each node
+    as it starts (the runner process publishes it for the pool's watchdog).
+    MemoryError propagates: the runner process treats it as its memory limit.
+    """
+    metadata = {
+        "source": execution.trigger,
+        "executionId": execution.id,
+        "flowId": execution.flow_id,
+        "receivedAt": isoformat(execution.created_at),
+    }
+    if execution.scheduled_for is not None:
+        metadata["scheduledFor"] = isoformat(execution.scheduled_for)
+    pending: deque[tuple[str, Message]] = deque(
+        (root, {"data": execution.input, "metadata": metadata}) for root in flow.roots
+    )
+    stats: dict[str, _Stats] = {}
+    logs: list[dict[str, Any]] = []
+    reply: list[Reply] = []
+    last_sink: Any = None
+    emitted = 0
+    error: StepFailed | None = None
+    base_log = {
+        "tenant": flow.tenant,
+        "user_id": flow.owner_user,
+        "flow_id": flow.flow_id,
+        "execution_id": execution.id,
+    }
+    try:
+        while pending:
+            node_id, message = pending.popleft()
+            node = flow.nodes[node_id]
+            if on_step is not None:
+                on_step(node_id)
+            st = stats.get(node_id)
+            if st is None:
+                st = stats[node_id] = _Stats(position=len(stats), started_at=utcnow())
+            if deadline is not None and time.monotonic() >= deadline:
+                st.finished_at = st.finished_at or utcnow()
+                raise LimitExceeded(node_id, limit_message("wall", settings))
+            st.runs += 1
+            st.messages_in += 1
+            started = time.perf_counter()
+            step_logs: list[dict[str, Any]] = []
+            replied = reply[-1] if reply else None
+            deep_log = False
+            timeout = settings.step_timeout
+            try:
+                if node.credentials_id and node.credentials_id not in (credentials or {}):
+                    raise ComponentError(
+                        f"credentials {node.credentials_id} not found (or not readable by this flow's tenant)"
+                    )
+                if node.fn is None:
+                    out = [message]
+                else:
+                    ctx = StepContext(
+                        execution_id=execution.id,
+                        flow_id=flow.flow_id,
+                        node_id=node_id,
+                        component_id=node.component.id if node.component else None,
+                        function=node.function or "",
+                        tenant=flow.tenant,
+                        fields=node.fields,
+                        credentials=(credentials or {}).get(node.credentials_id)
+                        if node.credentials_id
+                        else None,
+                        settings=settings,
+                        http=http,
+                        logs=step_logs,
+                        reply=reply,
+                    )
+                    if node.awaits:
+                        timeout = _step_timeout(settings, deadline)
+                        async with asyncio.timeout(timeout):
+                            out = _as_messages(await node.fn(message, ctx), message["metadata"])
+                    else:
+                        out = _as_messages(await node.fn(message, ctx), message["metadata"])
+            except TimeoutError:
+                if timeout < settings.step_timeout:
+                    raise LimitExceeded(node_id, limit_message("wall", settings)) from None
+                raise StepFailed(node_id, f"timed out after {settings.step_timeout:g} s") from None
+            except (ComponentError, ExpressionError) as exc:
+                raise StepFailed(node_id, str(exc)) from None
+            except (asyncio.CancelledError, MemoryError):
+                raise
+            except Exception as exc:
+                raise StepFailed(node_id, f"{type(exc).__name__}: {exc}") from None
+            finally:
+                st.duration += time.perf_counter() - started
+                st.finished_at = utcnow()
+                for entry in step_logs:
+                    data = entry.get("data")
+                    if depth_exceeds(data):  # the entry is kept without it; the step fails below
+                        data, deep_log = None, True
+                    logs.append(_log(base_log, entry["level"], entry["message"], node, data))
+            # What a step returns goes to the IPC and the store: never deeper than the limit.
+            if deep_log:
+                raise StepFailed(node_id, f"the data of a log entry it wrote {TooDeep()}")
+            for msg in out:
+                if depth_exceeds(msg["data"]) or depth_exceeds(msg["metadata"]):
+                    raise StepFailed(node_id, f"its output {TooDeep()}")
+            if reply and reply[-1] is not replied and depth_exceeds(reply[-1].body):
+                raise StepFailed(node_id, f"the body of its reply {TooDeep()}")
+            st.messages_out += len(out)
+            emitted += len(out)
+            if emitted > settings.max_messages:
+                raise StepFailed(node_id, f"the execution exceeded {settings.max_messages} messages")
+            edges = flow.out_edges[node_id]
+            for msg in out:
+                if len(st.outputs) < _OUTPUT_SAMPLE:
+                    st.outputs.append(msg["data"])
+                if not edges:
+                    last_sink = msg["data"]
+                for edge in edges:
+                    data = msg["data"]
+                    try:
+                        if edge.condition is not None and not truthy(edge.condition.evaluate(data)):
+                            continue
+                        if edge.mapper is not None:
+                            data = apply_mapper(edge.mapper, data)
+                            if data is None or data == {}:
+                                raise StepFailed(node_id, f"mapper of edge {edge.id} yielded nothing")
+                    except ExpressionError as exc:
+                        raise StepFailed(node_id, f"edge {edge.id}: {exc}") from None
+                    pending.append((edge.target, {"data": data, "metadata": msg["metadata"]}))
+    except StepFailed as exc:
+        error = exc
+        stats[exc.node_id].error = exc.message
+    finished = utcnow()
+    steps = []
+    for node_id, st in stats.items():
+        node = flow.nodes[node_id]
+        cid = node.component.id if node.component else None
+        failed = st.error is not None
+        steps.append(
+            StepRecord(
+                node_id=node_id,
+                component_id=cid,
+                function=node.function,
+                status="failed" if failed else "succeeded",
+                runs=st.runs,
+                messages_in=st.messages_in,
+                messages_out=st.messages_out,
+                duration_ms=round(st.duration * 1000, 3),
+                started_at=st.started_at,
+                finished_at=st.finished_at,
+                error=st.error,
+                output=_sample(st.outputs),
+                position=st.position,
+            )
+        )
+        logs.append(
+            _log(
+                base_log,
+                "info",
+                f"step {node_id} ({cid or 'pass-through'}{'.' + node.function if node.function else ''}) ran "
+                f"{st.runs} time(s) in {st.duration * 1000:.1f} ms, {st.messages_out} message(s) out",
+                node,
+                {
+                    "runs": st.runs,
+                    "messagesIn": st.messages_in,
+                    "messagesOut": st.messages_out,
+                    "durationMs": round(st.duration * 1000, 3),
+                },
+            )
+        )
+        if failed:
+            logs.append(
+                _log(
+                    base_log,
+                    "error",
+                    f"step {node_id} ({cid or 'pass-through'}) failed: {st.error}",
+                    node,
+                    None,
+                )
+            )
+    if error is not None:
+        result = None
+    elif reply:
+        r = reply[-1]
+        result = {"reply": {"status": r.status, "body": r.body, "headers": r.headers}}
+    else:
+        result = {"data": last_sink}
+    return Outcome(
+        execution_id=execution.id,
+        flow_id=flow.flow_id,
+        tenant=flow.tenant,
+        owner_user=flow.owner_user,
+        created_at=execution.created_at,
+        status="failed" if error else "succeeded",
+        result=result,
+        error=error.error if error else None,
+        finished_at=finished,
+        steps=steps,
+        logs=logs,
+    )
+
+
+def _step_timeout(settings: Settings, deadline: float | None) -> float:
+    if deadline is None:
+        return settings.step_timeout
+    return max(min(settings.step_timeout, deadline - time.monotonic()), 0.0)
+
+
+def error_outcome(
+    execution: Claimed,
+    *,
+    status: str,
+    error: str,
+    log_message: str,
+    step_id: str | None = None,
+    component_id: str | None = None,
+    finished_at: datetime | None = None,
+) -> Outcome:
+    """The outcome of an execution that did not run to its end in a runner: the flow could
+    not run, or its runner was killed. One ``error`` log entry says why."""
+    now = finished_at or utcnow()
+    return Outcome(
+        execution_id=execution.id,
+        flow_id=execution.flow_id,
+        tenant=execution.tenant,
+        owner_user=execution.owner_user,
+        created_at=execution.created_at,
+        status=status,
+        result=None,
+        error=error,
+        finished_at=now,
+        logs=[
+            {
+                "timestamp": now,
+                "level": "error",
+                "message": log_message[:10_000],
+                "tenant": execution.tenant,
+                "user_id": execution.owner_user,
+                "flow_id": execution.flow_id,
+                "execution_id": execution.id,
+                "step_id": step_id,
+                "component_id": component_id,
+                "data": None,
+            }
+        ],
+    )
+
+
+def _log(base: dict[str, Any], level: str, message: str, node: CompiledNode, data: Any) -> dict[str, Any]:
+    return {
+        **base,
+        "timestamp": utcnow(),
+        "level": level,
+        "message": message[:10_000],
+        "step_id": node.id,
+        "component_id": node.component.id if node.component else None,
+        "data": data,
+    }
