@@ -140,3 +140,23 @@ async def test_concurrent_steps_share_one_pool(
     assert all(outputs(o) == [{"key": k, "value": 1}] for o in outs)
     assert len(connector._POOLS) == 1
     await direct.delete(k)
+
+
+async def test_get_of_a_value_over_the_cap_fails_the_step_unread(
+    http: httpx.AsyncClient, settings: Settings, direct: aioredis.Redis
+) -> None:
+    """STRLEN first: a value over FLOWYARD_CONNECTOR_MAX_RESULT_BYTES is never fetched."""
+    capped = settings.model_copy(update={"connector_max_result_bytes": 64 * 1024})
+    k = key()
+    await direct.set(k, "x" * (64 * 1024 + 1))
+    try:
+        error = step_error(await step(http, capped, "redis", "get", {"key": k}, CREDS))
+        assert error == (
+            f"redis: the value of {k!r} is {64 * 1024 + 1} bytes, over 65536 bytes "
+            "(FLOWYARD_CONNECTOR_MAX_RESULT_BYTES)"
+        ), error
+        await direct.set(k, "x" * 1000)
+        out = await step(http, capped, "redis", "get", {"key": k}, CREDS)
+        assert outputs(out) == [{"key": k, "value": "x" * 1000}]
+    finally:
+        await direct.delete(k)

@@ -485,3 +485,35 @@ async def test_one_step_runs_one_statement_on_every_driver(
         assert outputs(out) == [{"rows": [{"n": 0}], "count": 1}]
     finally:
         await _exec(http, settings, creds, f"DROP TABLE {table}")
+
+
+@pytest.mark.parametrize("driver", ["postgresql", "mariadb", "sqlite"])
+async def test_query_results_over_the_cap_fail_the_step(
+    http: httpx.AsyncClient, settings: Settings, driver: str
+) -> None:
+    """Rows are fetched one at a time (a server-side cursor) and the step fails as soon as they
+    pass FLOWYARD_CONNECTOR_MAX_RESULT_BYTES: one huge row, or many small ones."""
+    capped = settings.model_copy(update={"connector_max_result_bytes": 64 * 1024})
+    if driver == "postgresql":
+        require_server("PostgreSQL", 5432)
+        creds = PG
+        huge = "SELECT repeat('x', 200000) AS v"
+        many = "SELECT repeat('y', 100) AS v FROM generate_series(1, 5000)"
+    elif driver == "mariadb":
+        require_server("MariaDB", 3306)
+        creds = MARIADB
+        huge = "SELECT repeat('x', 200000) AS v"
+        many = "SELECT repeat('y', 100) AS v FROM seq_1_to_5000"
+    else:
+        creds = {"url": "sqlite:///caps.db"}
+        huge = "SELECT hex(zeroblob(100000)) AS v"
+        many = (
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000) "
+            "SELECT hex(zeroblob(50)) AS v FROM n"
+        )
+    for statement in (huge, many):
+        fields = {"statement": statement, "maxRows": 100_000}
+        error = step_error(await step(http, capped, "sql", "query", fields, creds))
+        assert error == "sql: the result exceeds 65536 bytes (FLOWYARD_CONNECTOR_MAX_RESULT_BYTES)", error
+    out = await step(http, capped, "sql", "query", {"statement": "SELECT 1 AS one"}, creds)
+    assert outputs(out) == [{"rows": [{"one": 1}], "count": 1}]
