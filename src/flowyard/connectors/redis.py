@@ -210,15 +210,18 @@ def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
-# XREADGROUP inside the server, answering each entry's fields only when they are within the cap
-# (ARGV[4], bytes of field names and values): over it, the entry id and its size, so the client
-# never receives it. Non-blocking (BLOCK is not allowed in scripts): the caller polls.
+# XREADGROUP inside the server, answering each entry as {id, fields, size} (size: bytes of its
+# field names and values) while the reply stays within the cap (ARGV[4]); an entry over the cap
+# comes back as {id, false, size} (never sent), and one that would take the reply past the cap
+# as {id, 0, size} (read alone next, with XRANGE). Non-blocking (BLOCK is not allowed in
+# scripts): the caller polls.
 _BOUNDED_XREADGROUP = """
 local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
                          'STREAMS', KEYS[1], ARGV[5])
 local out = {}
 if not reply or not reply[1] then return out end
 local cap = tonumber(ARGV[4])
+local total = 0
 for i, entry in ipairs(reply[1][2]) do
   local fields = entry[2]
   local size = 0
@@ -227,7 +230,10 @@ for i, entry in ipairs(reply[1][2]) do
   end
   if size > cap then
     out[i] = {entry[1], false, size}
+  elseif total + size > cap then
+    out[i] = {entry[1], 0, size}
   else
+    total = total + size
     out[i] = {entry[1], fields or {}, size}
   end
 end
@@ -290,6 +296,9 @@ async def xread_events(ctx: TriggerContext) -> AsyncIterator[Event]:
                         "(FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES)",
                     )
                     continue
+                if fields == 0:  # within the cap, but not in the same reply as the others
+                    found = await client.xrange(stream, entry_id, entry_id)
+                    fields = [x for pair in found[0][1].items() for x in pair] if found else []
                 if not fields:  # deleted from the stream while pending: nothing to run
                     await ack()
                     continue
