@@ -45,6 +45,7 @@ from flowyard.engine.events import Event, TriggerContext
 log = logging.getLogger(__name__)
 
 _SCHEMES = {"amqp": 5672, "amqps": 5671}
+_INBOX_BYTES = 64 * 1024 * 1024
 
 
 class AmqpPublishFields(_Fields):
@@ -218,7 +219,9 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     try:
         channel = await connection.channel()
         _skip_bodies_over(channel, cap)
-        await channel.basic_qos(prefetch_count=f.prefetch)
+        # Deliveries sent ahead wait here in memory: at most _INBOX_BYTES of them, however large
+        # prefetch and the cap are (RabbitMQ does not implement basic.qos prefetch_size).
+        await channel.basic_qos(prefetch_count=max(1, min(f.prefetch, _INBOX_BYTES // cap)))
         inbox: asyncio.Queue[aiormq.abc.DeliveredMessage] = asyncio.Queue()
 
         async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
