@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal, cast
 
 import aiomqtt
+import paho.mqtt.client as paho_mqtt
 from pydantic import Field, field_validator
 
 from flowyard.connectors.amqp import decode_body
@@ -244,6 +245,8 @@ async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     cap = ctx.settings.max_trigger_payload_bytes
     # A payload no publisher can send: the guard's stand-in for one it dropped.
     marker = b"\x00flowyard-oversize:" + secrets.token_hex(16).encode() + b":"
+    # The guard knows MQTT 3.1.1's PUBLISH layout (no properties), the version aiomqtt speaks here.
+    assert paho._protocol == paho_mqtt.MQTTv311
     paho._sock_recv = _PayloadGuard(paho, cap, marker)  # type: ignore[method-assign]
     try:
         async with client:
