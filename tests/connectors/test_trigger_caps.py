@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiormq
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from pamqp import commands as spec
@@ -159,13 +160,25 @@ def test_mqtt_message_over_the_cap_is_dropped_alone_unread(capped: Cluster) -> N
     assert pid is not None
     before = _peak_rss(pid)
     just_under = b'"' + b"u" * (CAP - 2 - 64) + b'"'  # within the cap: read and run as usual
-    _mqtt_publish(f"{base}/a", [b'{"i": 0}', b"x" * BIG, b'{"i": 2}', b"y" * BIG, just_under, b'{"i": 5}'])
+    # Within the cap on the wire, but twice the cap as JSON text (every backslash escaped): the
+    # consumer's own check on the decoded data refuses it.
+    escapes = b"\\" * (CAP // 2 + 10)
+    big = [b"x" * BIG, b"y" * BIG]
+    _mqtt_publish(f"{base}/a", [b'{"i": 0}', big[0], b'{"i": 2}', big[1], just_under, escapes, b'{"i": 5}'])
     ran = _ran(c, fid, 4)
     assert ran == sorted(["{'i': 0}", "{'i': 2}", "{'i': 5}", "u" * (CAP - 2 - 64)])
-    refusals = _wait("two refusals logged", lambda: len(r := _refusals(c)) >= 2 and r)
-    assert len(refusals) == 2, refusals
-    assert all(_says_size(line) for line in refusals), refusals
+    refusals = _wait("three refusals logged", lambda: len(r := _refusals(c)) >= 3 and r)
+    assert len(refusals) == 3, refusals
+    assert sum(_says_size(line) for line in refusals) == 2, refusals
+    assert sum(f"bytes as JSON, over {CAP}" in line for line in refusals) == 1, refusals
     assert _peak_rss(pid) - before < BIG, (before, _peak_rss(pid))
     _stop(c, headers, fid)
-    # Acknowledged (PUBACK): nothing comes back when the session resumes.
+    # Acknowledged (PUBACK): the persistent session does not resend them when the flow starts again.
+    assert httpx.post(f"{c.base}/flows/{fid}/start", headers=headers).status_code == 200
+    _wait("the flow to become active again", lambda: _status(c, headers, fid)["status"] == "active")
+    _mqtt_publish(f"{base}/a", [b'{"i": 6}'])
+    assert len(_ran(c, fid, 5)) == 5
+    time.sleep(2)
+    assert len(_executions(c, fid)) == 5 and len(_refusals(c)) == 3, _refusals(c)
+    _stop(c, headers, fid)
     assert "Traceback" not in c.log("serve"), c.log("serve")
