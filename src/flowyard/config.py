@@ -250,6 +250,15 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest result a connector step emits (sql rows, a redis value), as JSON.",
     )
+    max_trigger_payload_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Largest message an event trigger (amqp consume, mqtt subscribe, redis xread) turns "
+        "into an execution, checked before the message is read whole where the protocol allows; a "
+        "larger one is refused alone: logged, counted and dropped (AMQP: rejected, so it is "
+        "dead-lettered if the queue has a dead-letter exchange). Like FLOWYARD_MAX_BODY_BYTES for "
+        "webhooks.",
+    )
     sql_sqlite_dir: Path | None = Field(
         None,
         description="Directory under which the sql component may open SQLite files named by a "

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 import httpx
@@ -118,3 +119,70 @@ async def test_errors_bad_credentials_closed_port_timeout_policy(
     assert error == "mqtt: no acknowledgement within 0.5 s", error
     error = step_error(await step(http, closed_settings, "mqtt", "publish", {"topic": "t"}, CREDS))
     assert "refusing to connect to 127.0.0.1" in error
+
+
+class _Wire:
+    """paho's side of the guard: the packet state paho keeps and a socket that hands out at most
+    ``piece`` bytes per read and raises BlockingIOError every other read (non-blocking)."""
+
+    def __init__(self, data: bytes, piece: int) -> None:
+        self.data = data
+        self.piece = piece
+        self.reads = 0
+        self.asked = 0
+        self._in_packet: dict[str, Any] = {}
+
+    def _sock_recv(self, n: int) -> bytes:
+        self.asked = max(self.asked, n)
+        self.reads += 1
+        if self.reads % 2:
+            raise BlockingIOError
+        out, self.data = self.data[: min(n, self.piece)], self.data[min(n, self.piece) :]
+        return out
+
+
+def _paho_reads(wire: _Wire, recv: Any, command: int, remaining: int) -> bytes:
+    """paho's _packet_read after the fixed header: read until to_process is 0."""
+    wire._in_packet = {
+        "command": command,
+        "have_remaining": 1,
+        "remaining_length": remaining,
+        "to_process": remaining,
+        "packet": bytearray(),
+    }
+    packet = wire._in_packet
+    while packet["to_process"] > 0:
+        try:
+            data = recv(packet["to_process"])
+        except BlockingIOError:
+            continue
+        assert data, "connection lost"
+        packet["to_process"] -= len(data)
+        packet["packet"] += data
+    return bytes(packet["packet"])
+
+
+def test_payload_guard_drops_an_oversize_publish_piece_by_piece() -> None:
+    from flowyard.components.connectors.mqtt import _PayloadGuard
+
+    topic = b"site/1/temp"
+    head = len(topic).to_bytes(2, "big") + topic + (513).to_bytes(2, "big")  # QoS 1: packet id
+    payload = b"p" * 1_000_000
+    wire = _Wire(head + payload + b"NEXT", piece=4096)
+    guard = _PayloadGuard(wire, 64 * 1024, b"\x00marker:")
+    packet = _paho_reads(wire, guard, 0x32, len(head) + len(payload))
+    assert packet == head + b"\x00marker:" + str(len(payload)).encode()
+    assert wire.data == b"NEXT", "exactly this packet was consumed"
+    assert wire.asked <= 65536, "read in pieces, never asked for the whole payload"
+    # Within the cap (or not a PUBLISH) the bytes pass through unchanged.
+    small = head + b"s" * 1000
+    wire = _Wire(small, piece=100)
+    guard = _PayloadGuard(wire, 64 * 1024, b"\x00marker:")
+    assert _paho_reads(wire, guard, 0x32, len(small)) == small
+    # A QoS 0 publish has no packet id; a payload just under the cap after a long topic is kept.
+    topic0 = b"t" * 300
+    head0 = len(topic0).to_bytes(2, "big") + topic0
+    body = b"k" * (64 * 1024 - 1)
+    wire = _Wire(head0 + body, piece=5000)
+    guard = _PayloadGuard(wire, 64 * 1024, b"\x00marker:")
+    assert _paho_reads(wire, guard, 0x30, len(head0) + len(body)) == head0 + body

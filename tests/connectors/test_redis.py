@@ -140,3 +140,60 @@ async def test_concurrent_steps_share_one_pool(
     assert all(outputs(o) == [{"key": k, "value": 1}] for o in outs)
     assert len(connector._POOLS) == 1
     await direct.delete(k)
+
+
+async def test_get_of_a_value_over_the_cap_fails_the_step_unread(
+    http: httpx.AsyncClient, settings: Settings, direct: aioredis.Redis
+) -> None:
+    """STRLEN first: a value over FLOWYARD_CONNECTOR_MAX_RESULT_BYTES is never fetched."""
+    capped = settings.model_copy(update={"connector_max_result_bytes": 64 * 1024})
+    k = key()
+    await direct.set(k, "x" * (64 * 1024 + 1))
+    try:
+        error = step_error(await step(http, capped, "redis", "get", {"key": k}, CREDS))
+        assert error == (
+            f"redis: the value of {k!r} is {64 * 1024 + 1} bytes, over 65536 bytes "
+            "(FLOWYARD_CONNECTOR_MAX_RESULT_BYTES)"
+        ), error
+        await direct.set(k, "x" * 1000)
+        out = await step(http, capped, "redis", "get", {"key": k}, CREDS)
+        assert outputs(out) == [{"key": k, "value": "x" * 1000}]
+    finally:
+        await direct.delete(k)
+
+
+async def test_xread_reply_stays_within_the_trigger_cap(settings: Settings, direct: aioredis.Redis) -> None:
+    """Each entry over FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES is refused unsent; entries within it that
+    would take one reply past it are read alone after the others, in stream order."""
+    from flowyard.components.connectors.redis import COMPONENT, xread_events
+    from flowyard.components.events import TriggerContext
+
+    stream = key()
+    capped = settings.model_copy(update={"max_trigger_payload_bytes": 1024})
+
+    async def subscribed() -> None:
+        return None
+
+    fields = COMPONENT.parse_fields({"key": stream, "count": 10})
+    ctx = TriggerContext("f" * 24, "in", fields, CREDS, capped, subscribed)
+    events = xread_events(ctx)
+    try:
+        first = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.3)  # the group exists once subscribed; entries come after
+        sizes = [600, 600, 5000, 600, 10]
+        async with direct.pipeline(transaction=True) as batch:  # one read sees them all
+            for i, n in enumerate(sizes):
+                batch.xadd(stream, {"i": str(i), "v": "x" * n})
+            await batch.execute()
+        got = [await first]
+        while len(got) < len(sizes):
+            got.append(await asyncio.wait_for(anext(events), 10))
+        for event in got:
+            await event.ack()
+        assert [e.data["i"] if e.data else None for e in got] == [0, 1, None, 3, 4]
+        assert [e.refused is not None for e in got] == [False, False, True, False, False]
+        assert got[2].refused is not None and "of 5003 bytes" in got[2].refused, got[2].refused
+        assert (await direct.xpending(stream, f"flowyard-{'f' * 24}"))["pending"] == 0
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+        await direct.delete(stream)

@@ -34,6 +34,9 @@ class StepContext:
     http: httpx.AsyncClient
     logs: list[dict[str, Any]]
     reply: list[Reply]
+    # The execution's owner user: with ``tenant``, whose files and pools a connector may use
+    # (the sql component's SQLite sub-directory).
+    owner_user: str | None = None
 
     def log(self, level: str, message: str, data: Any = None) -> None:
         """Add an entry to the flow's logs (written with the step's result)."""

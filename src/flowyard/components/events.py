@@ -19,6 +19,10 @@ class Event:
     id: str
     data: Any
     ack: Callable[[], Awaitable[Any]]
+    # Set by a connector that refused the message before reading it whole (over
+    # FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES): the reason. The consumer logs and counts it, stores
+    # nothing and calls ``ack``, which settles it the broker's way (drop or reject).
+    refused: str | None = None
 
 
 @dataclass

@@ -278,6 +278,7 @@ async def run_execution(
                         component_id=node.component.id if node.component else None,
                         function=node.function or "",
                         tenant=flow.tenant,
+                        owner_user=flow.owner_user,
                         fields=node.fields,
                         credentials=(credentials or {}).get(node.credentials_id)
                         if node.credentials_id

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
+_CAP = "FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES"
 
 
 def _error(exc: BaseException) -> str:
@@ -239,10 +240,15 @@ class TriggerConsumers:
         """Commit the event's execution (or find the one a redelivery made); retries until it is
         stored or the consumer is closed: an unstored event is never acknowledged.
 
-        A message that can never be stored (it nests deeper than ``jsonvalue.MAX_DEPTH``, its
-        data cannot be encoded, the acceptance path refuses it for good) is refused alone
-        (``isolate.py``): logged with the reason, counted, and acknowledged so that the
+        A message over ``FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES`` (refused by its connector before it
+        was read whole, ``Event.refused``, or found so here) and one that can never be stored (it
+        nests deeper than ``jsonvalue.MAX_DEPTH``, its data cannot be encoded, the acceptance
+        path refuses it for good) are refused alone (``isolate.py``): logged with the
+        reason, counted, and acknowledged (the connector's ``ack`` may reject instead) so that the
         broker drops it instead of redelivering it to block the messages behind it."""
+        if event.refused is not None:
+            self._refuse(flow_id, component, event, event.refused)
+            return
         if jsonvalue.depth_exceeds(event.data):
             self._refuse(flow_id, component, event, str(jsonvalue.TooDeep()))
             return
@@ -250,6 +256,10 @@ class TriggerConsumers:
             raw = orjson.dumps(event.data)
         except TypeError as exc:  # orjson.JSONEncodeError: not JSON
             self._refuse(flow_id, component, event, isolate.reason(exc))
+            return
+        cap = self.settings.max_trigger_payload_bytes
+        if len(raw) > cap:  # any trigger, also one that cannot check before reading
+            self._refuse(flow_id, component, event, f"{len(raw)} bytes as JSON, over {cap} ({_CAP})")
             return
         request = WebhookRequest(
             flow_id=flow_id,

@@ -18,8 +18,10 @@ from urllib.parse import quote, unquote
 
 import aiormq
 import orjson
-from aiormq.abc import AbstractChannel, AbstractConnection
+from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 from pamqp import commands as spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 from pydantic import Field, field_validator
 
 from flowyard import jsonvalue
@@ -32,6 +34,7 @@ from flowyard.components.connectors.common import (
     credential_key,
     credential_url,
     render,
+    size_text,
     tls_context,
     vet_host,
 )
@@ -42,6 +45,7 @@ from flowyard.components.registry import Component, Message
 log = logging.getLogger(__name__)
 
 _SCHEMES = {"amqp": 5672, "amqps": 5671}
+_INBOX_BYTES = 64 * 1024 * 1024
 
 
 class AmqpPublishFields(_Fields):
@@ -181,6 +185,27 @@ def decode_body(body: bytes) -> Any:
         return body.decode("utf-8", errors="replace")
 
 
+def _skip_bodies_over(channel: AbstractChannel, cap: int) -> None:
+    """Deliveries whose content header announces a body over ``cap`` have their body frames read
+    and dropped one by one (each at most the negotiated frame_max, RabbitMQ's 128 KiB), never
+    assembled: the consumer sees the delivery with an empty body and the header's body_size.
+    aiormq assembles bodies in ``Channel._read_content``; this wraps it on this channel only."""
+    read_content = channel._read_content  # type: ignore[attr-defined]
+
+    async def bounded(frame: Any, header: ContentHeader) -> DeliveredMessage:
+        if not isinstance(frame, spec.Basic.Deliver) or (header.body_size or 0) <= cap:
+            return cast(DeliveredMessage, await read_content(frame, header))
+        left = header.body_size or 0
+        while left > 0:
+            content = await channel._get_frame()  # type: ignore[attr-defined]
+            if not isinstance(content, ContentBody):
+                raise ValueError(f"Unexpected frame {content!r}")
+            left -= len(content.value)
+        return DeliveredMessage(delivery=frame, header=header, body=b"", channel=channel)
+
+    channel._read_content = bounded  # type: ignore[attr-defined]
+
+
 async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     """The ``consume`` trigger: manual acknowledgements, at most ``prefetch`` unacknowledged
     deliveries; closing the iterator cancels the consumer and closes the connection (the broker
@@ -188,12 +213,15 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     f: AmqpPublishFields = ctx.fields
     if not f.queue:
         raise ComponentError("amqp consume: the 'queue' field is required")
-    cap = ctx.settings.connector_max_result_bytes
+    cap = ctx.settings.max_trigger_payload_bytes
     link = await _connect(ctx.credentials or {}, cast(StepContext, ctx), f.timeout)
     connection = link.connection
     try:
         channel = await connection.channel()
-        await channel.basic_qos(prefetch_count=f.prefetch)
+        _skip_bodies_over(channel, cap)
+        # Deliveries sent ahead wait here in memory: at most _INBOX_BYTES of them, however large
+        # prefetch and the cap are (RabbitMQ does not implement basic.qos prefetch_size).
+        await channel.basic_qos(prefetch_count=max(1, min(f.prefetch, _INBOX_BYTES // cap)))
         inbox: asyncio.Queue[aiormq.abc.DeliveredMessage] = asyncio.Queue()
 
         async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
@@ -225,10 +253,21 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
             assert isinstance(delivery, spec.Basic.Deliver)
             tag = delivery.delivery_tag or 0
             body = message.body
-            if len(body) > cap:
-                # Too big to become an execution input: the broker dead-letters it if configured.
-                log.error("flow %s: amqp message of %d bytes rejected (over %d)", ctx.flow_id, len(body), cap)
-                await channel.basic_reject(tag, requeue=False)
+            size = message.header.body_size or 0
+            if size > cap or len(body) > cap:
+                # Its body frames were skipped unread (_skip_bodies_over). Rejected without requeue
+                # once the consumer logged it: the broker drops it, or dead-letters it if the queue
+                # has a dead-letter exchange.
+                async def reject(tag: int = tag) -> None:
+                    await channel.basic_reject(tag, requeue=False)
+
+                yield Event(
+                    id=message.header.properties.message_id or f"delivery:{tag}",
+                    data=None,
+                    ack=reject,
+                    refused=f"amqp message of {size} bytes, over {size_text(cap)} "
+                    "(FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES)",
+                )
                 continue
             message_id = message.header.properties.message_id or (
                 "sha256:"

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aiomqtt
+import paho.mqtt.client as paho_mqtt
 from pydantic import Field, field_validator
 
 from flowyard.components.builtins import ComponentError, _Fields, _render_url, passthrough
@@ -28,6 +30,7 @@ from flowyard.components.connectors.common import (
     credential_key,
     credential_url,
     render,
+    size_text,
     tls_context,
     vet_host,
 )
@@ -133,6 +136,84 @@ async def publish(message: Message, ctx: StepContext) -> Message:
     return {"data": data, "metadata": {**message["metadata"], "mqtt": {"topic": topic, "qos": f.qos}}}
 
 
+_PUBLISH = 0x30
+_CHUNK = 65536
+
+
+class _PayloadGuard:
+    """Wraps paho's ``_sock_recv`` on one client: a PUBLISH whose payload is over ``cap`` is read
+    off the socket in 64 KiB chunks and dropped, never assembled. paho gets the packet's
+    variable header (topic, packet id) followed by ``marker`` and the payload's size instead, so
+    it delivers (and later acknowledges) the message as usual with that stand-in payload.
+
+    paho has no client-side maximum packet size (MQTT 5's Maximum Packet Size asks the broker to
+    drop such messages silently; this works on 3.1.1 as well, and the consumer logs each one).
+    The fixed header (type, remaining length) is read by paho; this takes over at the first
+    payload read, from the still unread remaining length."""
+
+    def __init__(self, paho: Any, cap: int, marker: bytes) -> None:
+        self.paho = paho
+        self.recv = paho._sock_recv
+        self.cap = cap
+        self.marker = marker
+        self.head: bytearray | None = None  # not None while this guard reads a packet
+        self.keep: bool | None = None  # decided once the variable header is read
+        self.body = bytearray()
+        self.left = 0
+
+    def __call__(self, bufsize: int) -> bytes:
+        packet = self.paho._in_packet
+        if self.head is None:
+            if not (
+                packet["have_remaining"]
+                and packet["command"] & 0xF0 == _PUBLISH
+                and packet["remaining_length"] > self.cap
+                and packet["to_process"] == packet["remaining_length"]
+                and not packet["packet"]
+            ):
+                return cast(bytes, self.recv(bufsize))
+            self.head, self.keep, self.body = bytearray(), None, bytearray()
+            self.left = packet["remaining_length"]
+        try:
+            return self._publish(packet)
+        except _Lost:
+            return b""
+
+    def _publish(self, packet: dict[str, Any]) -> bytes:
+        head = self.head
+        assert head is not None
+        qos = (packet["command"] & 0x06) >> 1
+        while self.keep is None:
+            want = 2 if len(head) < 2 else 2 + int.from_bytes(head[:2], "big") + (2 if qos else 0)
+            if len(head) >= want or self.left <= 0:
+                self.keep = self.left <= self.cap
+                break
+            data = self._read(min(want - len(head), self.left))
+            head += data
+            self.left -= len(data)
+        while self.left > 0:
+            data = self._read(min(self.left, _CHUNK))
+            self.left -= len(data)
+            if self.keep:
+                self.body += data
+        size = packet["remaining_length"] - len(head)
+        out = bytes(head) + (bytes(self.body) if self.keep else self.marker + str(size).encode())
+        self.head, self.keep, self.body = None, None, bytearray()
+        packet["to_process"] = len(out)  # paho subtracts what this returns: the packet is complete
+        return out
+
+    def _read(self, n: int) -> bytes:
+        data = cast(bytes, self.recv(n))  # BlockingIOError: paho calls again, the state is kept
+        if not data:  # the connection is lost (paho sees the empty read)
+            self.head, self.keep, self.body = None, None, bytearray()
+            raise _Lost
+        return data
+
+
+class _Lost(Exception):
+    pass
+
+
 async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     """The ``subscribe`` trigger: a persistent session (clean_session false, client id
     ``flowyard-<flow id>`` whichever process holds the lease), QoS 1, PUBACK sent only after the
@@ -161,6 +242,12 @@ async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
 
     paho._create_socket_connection = vetted_socket  # type: ignore[method-assign]
     paho.manual_ack_set(True)
+    cap = ctx.settings.max_trigger_payload_bytes
+    # A payload no publisher can send: the guard's stand-in for one it dropped.
+    marker = b"\x00flowyard-oversize:" + secrets.token_hex(16).encode() + b":"
+    # The guard knows MQTT 3.1.1's PUBLISH layout (no properties), the version aiomqtt speaks here.
+    assert paho._protocol == paho_mqtt.MQTTv311
+    paho._sock_recv = _PayloadGuard(paho, cap, marker)  # type: ignore[method-assign]
     try:
         async with client:
             await client.subscribe(f.filter, qos=1, timeout=f.timeout)
@@ -180,6 +267,15 @@ async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
                     if qos > 0:
                         paho.ack(mid, qos)
 
+                if raw.startswith(marker):
+                    yield Event(
+                        id=f"sha256:{digest}",
+                        data=None,
+                        ack=ack,
+                        refused=f"mqtt message of {int(raw[len(marker) :])} bytes on {topic!r}, over "
+                        f"{size_text(cap)} (FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES)",
+                    )
+                    continue
                 yield Event(id=f"sha256:{digest}", data=decode_body(raw), ack=ack)
     except aiomqtt.MqttError as exc:
         raise ComponentError(f"mqtt: {type(exc).__name__}: {exc}") from None

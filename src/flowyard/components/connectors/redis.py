@@ -210,17 +210,56 @@ def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
+# XREADGROUP inside the server, answering each entry as {id, fields, size} (size: bytes of its
+# field names and values) while the reply stays within the cap (ARGV[4]); an entry over the cap
+# comes back as {id, false, size} (never sent), and one that would take the reply past the cap
+# as {id, 0, size} (read alone next, with XRANGE). Non-blocking (BLOCK is not allowed in
+# scripts): the caller polls.
+_BOUNDED_XREADGROUP = """
+local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
+                         'STREAMS', KEYS[1], ARGV[5])
+local out = {}
+if not reply or not reply[1] then return out end
+local cap = tonumber(ARGV[4])
+local total = 0
+for i, entry in ipairs(reply[1][2]) do
+  local fields = entry[2]
+  local size = 0
+  if fields then
+    for _, v in ipairs(fields) do size = size + #v end
+  end
+  if size > cap then
+    out[i] = {entry[1], false, size}
+  elseif total + size > cap then
+    out[i] = {entry[1], 0, size}
+  else
+    total = total + size
+    out[i] = {entry[1], fields or {}, size}
+  end
+end
+return out
+"""
+_POLL_FIRST = 0.05
+_POLL_MAX = 0.5
+
+
 async def xread_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     """The ``xread`` trigger: XREADGROUP as consumer ``flowyard-<flow id>`` (the same name in
     whichever process holds the flow's lease), so entries a dead holder read but never
     acknowledged are its pending entries, re-read first (id 0) by the next holder; XACK
-    after the execution is stored. Closing deletes the consumer when nothing is pending."""
+    after the execution is stored. Closing deletes the consumer when nothing is pending.
+
+    The read runs in a server-side script that answers an entry over
+    ``FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES`` with its id and size only (the entry is never sent
+    here); the consumer refuses it alone and XACKs it. Scripts cannot block, so an idle stream
+    is polled (every 50 ms after a message, backing off to 500 ms)."""
     f: RedisFields = ctx.fields
     stream = f.key
     group = f.group or f"flowyard-{ctx.flow_id}"
     consumer = f"flowyard-{ctx.flow_id}"
-    block_ms = int(min(5.0, f.timeout / 2) * 1000)
+    cap = ctx.settings.max_trigger_payload_bytes
     client = await _connect(ctx.credentials or {}, cast(StepContext, ctx), f.timeout)
+    read = client.register_script(_BOUNDED_XREADGROUP)
     try:
         try:
             await client.xgroup_create(stream, group, id="$", mkstream=True)
@@ -229,27 +268,42 @@ async def xread_events(ctx: TriggerContext) -> AsyncIterator[Event]:
                 raise ComponentError(f"redis: {exc}") from None
         await ctx.subscribed()
         backlog = "0"  # own pending entries first, then new ones
+        idle = _POLL_FIRST
         while True:
-            if backlog:
-                reply = await client.xreadgroup(group, consumer, {stream: backlog}, count=f.count)
-            else:
-                reply = await client.xreadgroup(group, consumer, {stream: ">"}, count=f.count, block=block_ms)
-            entries = reply[0][1] if reply else []
+            entries = await read(keys=[stream], args=[group, consumer, f.count, cap, backlog or ">"])
             if backlog:
                 if not entries:
                     backlog = ""
                     continue
                 backlog = _text(entries[-1][0])
-            for raw_id, fields in entries:
+            elif not entries:
+                await asyncio.sleep(idle)
+                idle = min(idle * 2, _POLL_MAX)
+                continue
+            idle = _POLL_FIRST
+            for raw_id, fields, size in entries:
                 entry_id = _text(raw_id)
-                if not fields:  # deleted from the stream while pending: nothing to run
-                    await client.xack(stream, group, entry_id)
-                    continue
 
                 async def ack(entry_id: str = entry_id) -> None:
                     await client.xack(stream, group, entry_id)
 
-                yield Event(id=f"{stream}:{entry_id}", data=decode_entry(fields), ack=ack)
+                if fields is None:  # Lua false: over the cap, never sent here
+                    yield Event(
+                        id=f"{stream}:{entry_id}",
+                        data=None,
+                        ack=ack,
+                        refused=f"redis stream entry of {size} bytes, over {size_text(cap)} "
+                        "(FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES)",
+                    )
+                    continue
+                if fields == 0:  # within the cap, but not in the same reply as the others
+                    found = await client.xrange(stream, entry_id, entry_id)
+                    fields = [x for pair in found[0][1].items() for x in pair] if found else []
+                if not fields:  # deleted from the stream while pending: nothing to run
+                    await ack()
+                    continue
+                pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+                yield Event(id=f"{stream}:{entry_id}", data=decode_entry(pairs), ack=ack)
     except (redis_errors.RedisError, OSError) as exc:
         raise ComponentError(f"redis: {type(exc).__name__}: {exc}") from None
     finally:

@@ -11,6 +11,7 @@ by the outbound network policy and the pool connects to that address only.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import sqlite3
 from pathlib import Path
@@ -108,7 +109,31 @@ class _ConfinedSqlite(sqlite3.Connection):
         self.set_authorizer(_authorize)
 
 
-def _sqlite_path(raw_url: str, settings: Settings) -> Path:
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SAFE_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_SQLITE_URL = "sql: a SQLite url is sqlite:///<file>, a relative name inside the flow's own directory"
+
+
+def sqlite_owner_dir(tenant: str | None, owner_user: str | None) -> str:
+    """The sub-directory of ``FLOWYARD_SQL_SQLITE_DIR`` a flow's SQLite files live in: its
+    tenant's (``tenant-<id>``), or for a tenantless flow its owner user's (``user-<id>``). An id
+    that is not a plain name is hashed (``tenant.<sha256>``), so no id spells a path."""
+    if tenant:
+        kind, ident = "tenant", tenant
+    elif owner_user:
+        kind, ident = "user", owner_user
+    else:
+        raise ComponentError("sql: SQLite needs a flow with a tenant or an owner user (it has neither)")
+    if _SAFE_ID.match(ident):
+        return f"{kind}-{ident}"
+    return f"{kind}.{hashlib.sha256(ident.encode()).hexdigest()}"
+
+
+def _sqlite_path(raw_url: str, settings: Settings, tenant: str | None, owner_user: str | None) -> Path:
+    """The file a ``sqlite:///name`` credential names, inside the flow's own directory (created
+    0700 on first use). Only plain relative names are accepted: no absolute path, ``..``, URI
+    form (``file:``, ``?mode=``, ``vfs=``) or host; a symlink leading out is refused after
+    resolving."""
     root = settings.sql_sqlite_dir
     if root is None:
         raise ComponentError(
@@ -116,24 +141,46 @@ def _sqlite_path(raw_url: str, settings: Settings) -> Path:
             "flows may use"
         )
     parts = urlsplit(raw_url)
-    if parts.netloc or parts.query:
-        raise ComponentError("sql: a SQLite url is sqlite:///<file under FLOWYARD_SQL_SQLITE_DIR>")
+    if parts.scheme.lower() != "sqlite" or parts.netloc or parts.query or parts.fragment or "?" in raw_url:
+        raise ComponentError(_SQLITE_URL)
     name = unquote(parts.path)
-    name = name.removeprefix("/")  # sqlite:///a.db: a.db under the directory; sqlite:////abs/a.db
+    if not name.startswith("/"):
+        raise ComponentError(_SQLITE_URL)
+    name = name[1:]  # sqlite:///a.db: a.db in the flow's directory
+    pieces = name.split("/")
+    if not name or not all(_SAFE_PART.match(p) and p not in (".", "..") for p in pieces):
+        raise ComponentError(
+            f"{_SQLITE_URL} (letters, digits, '_', '-' and '.'; no absolute path, '..' or URI form): "
+            f"{name[:100]!r} is refused"
+        )
     base = root.resolve()
-    path = (base / name).resolve()
-    if not name or path == base or not path.is_relative_to(base):
-        raise ComponentError(f"sql: the SQLite file must lie under FLOWYARD_SQL_SQLITE_DIR ({base})")
+    base.mkdir(parents=True, exist_ok=True)
+    own = base / sqlite_owner_dir(tenant, owner_user)
+    try:
+        own.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    if own.is_symlink() or not own.is_dir():
+        raise ComponentError("sql: the flow's SQLite directory is not a plain directory")
+    own = own.resolve()
+    path = (own / name).resolve()
+    if path == own or not path.is_relative_to(own):
+        raise ComponentError("sql: the SQLite file must lie inside the flow's own directory")
     return path
 
 
-async def _make_engine(credentials: dict[str, Any], settings: Settings, seconds: float) -> AsyncEngine:
+def _is_sqlite(credentials: dict[str, Any]) -> bool:
+    raw = credentials.get("url")
+    return isinstance(raw, str) and raw.strip().lower().startswith(("sqlite", "file:"))
+
+
+async def _make_engine(credentials: dict[str, Any], ctx: StepContext, seconds: float) -> AsyncEngine:
     from sqlalchemy.engine import URL
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    raw = credentials.get("url") if credentials else None
-    if isinstance(raw, str) and raw.lower().startswith("sqlite:"):
-        path = _sqlite_path(raw, settings)
+    settings = ctx.settings
+    if _is_sqlite(credentials):
+        path = _sqlite_path(str(credentials["url"]).strip(), settings, ctx.tenant, ctx.owner_user)
         return create_async_engine(
             URL.create("sqlite+aiosqlite", database=str(path)),
             connect_args={"factory": _ConfinedSqlite, "timeout": seconds},
@@ -160,11 +207,25 @@ async def _make_engine(credentials: dict[str, Any], settings: Settings, seconds:
     connect_args: dict[str, Any] = (
         {"timeout": seconds, "server_settings": {"application_name": "flowyard"}}
         if family == "postgresql"
-        else {"connect_timeout": seconds}
+        else {"connect_timeout": seconds, "async_creator_fn": _single_statement_mysql}
     )
     return create_async_engine(
         url, connect_args=connect_args, pool_size=2, max_overflow=3, pool_pre_ping=True, pool_recycle=1800
     )
+
+
+async def _single_statement_mysql(*args: Any, **kwargs: Any) -> Any:
+    """An aiomysql connection without the MULTI_STATEMENTS capability, which aiomysql always
+    asks for: the server then refuses ``SELECT 1; DROP TABLE t`` as a syntax error, so one step
+    is one statement on every driver (asyncpg prepares every statement and SQLite's execute
+    takes one, both refusing several)."""
+    import aiomysql
+    from pymysql.constants import CLIENT
+
+    conn = aiomysql.Connection(*args, **kwargs)
+    conn.client_flag &= ~CLIENT.MULTI_STATEMENTS
+    await conn._connect()
+    return conn
 
 
 async def _dispose(engine: AsyncEngine) -> None:
@@ -206,6 +267,12 @@ def _db_error(exc: BaseException) -> str:
     return f"{type(named).__name__}: {message}"
 
 
+def _several(statement: str) -> bool:
+    """Whether the text looks like more than one statement (for the error's hint only: the
+    drivers are what refuse them)."""
+    return ";" in statement.strip().rstrip(";")
+
+
 async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
     from sqlalchemy import exc as sa_exc
     from sqlalchemy import text
@@ -215,13 +282,15 @@ async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
     values = {name: _bind(render(expression, data)) for name, expression in f.params.items()}
     creds = ctx.credentials or {}
     key = credential_key("sql", creds, ctx.settings)
+    if _is_sqlite(creds):  # the same url names another file for another tenant: never share its pool
+        key += ":" + sqlite_owner_dir(ctx.tenant, ctx.owner_user)
     cap = ctx.settings.connector_max_result_bytes
     statement = text(f.statement)
     try:
         async with (
             asyncio.timeout(f.timeout + 2),
             _POOLS.use(
-                key, lambda: _make_engine(creds, ctx.settings, f.timeout), ctx.settings.connector_idle_seconds
+                key, lambda: _make_engine(creds, ctx, f.timeout), ctx.settings.connector_idle_seconds
             ) as engine,
             engine.begin() as conn,
         ):
@@ -249,7 +318,8 @@ async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
     except sa_exc.DBAPIError as exc:
         if exc.connection_invalidated:
             await _POOLS.discard(key)
-        raise ComponentError(f"sql: {_db_error(exc)}") from None
+        hint = " (a sql step runs one statement)" if _several(f.statement) else ""
+        raise ComponentError(f"sql: {_db_error(exc)}{hint}") from None
     except (OSError, sa_exc.SQLAlchemyError) as exc:
         raise ComponentError(f"sql: {_db_error(exc)}") from None
     meta = message["metadata"]
