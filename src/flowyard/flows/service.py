@@ -26,6 +26,7 @@ from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
 from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
+from flowyard.iam import policy
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.ids import new_id
@@ -307,10 +308,12 @@ async def check_user_owners(
     owners: Sequence[dict[str, str]],
     kept: Sequence[dict[str, str]] | None = None,
 ) -> None:
-    """A user owner sees and may edit the flow, so a non-admin may not name a local user
-    of another tenant (or a tenant-less user other than itself). Ids that are no local
-    user (external identities) grant nothing here and stay allowed, as do entries
-    already stored."""
+    """A user owner sees and may edit the flow, and the flow's executions, counts and logs
+    are charged to its first user owner, so a non-admin names only users it may name
+    (``iam.policy.may_name_owner``): a tenantless user only itself, a tenant member itself
+    and the users of its tenant. An id that is no local user is refused too (it would take
+    the flow's executions, counts and logs to an identity nobody can check). Entries already
+    stored (an administrator may have added them) stay allowed."""
     if principal.is_admin:
         return
     wanted = {
@@ -321,7 +324,12 @@ async def check_user_owners(
     if not wanted:
         return
     rows = await session.execute(sa.select(User.id, User.tenant_id).where(User.id.in_(sorted(wanted))))
-    outside = sorted(uid for uid, tenant in rows if tenant is None or tenant != principal.tenant_id)
+    tenant_of = {uid: tenant for uid, tenant in rows}
+    outside = sorted(
+        uid
+        for uid in wanted
+        if uid not in tenant_of or not policy.may_name_owner(principal, uid, tenant_of[uid])
+    )
     if outside:
         raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
 
