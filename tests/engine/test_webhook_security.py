@@ -341,27 +341,24 @@ async def test_idle_rate_buckets_are_pruned(configured: MakeClient, admin: Accou
 
 async def test_respond_headers_cannot_break_the_reply(configured: MakeClient, admin: Account) -> None:
     c = await configured()
-    headers = {
-        "X-Ok": "1",
-        "Content-Length": "999",
-        "Transfer-Encoding": "chunked",
-        "X-Not-Latin-1": "\u20ac",
-        "Bad Name": "x",
-        "Content-Type": "application/vnd.example+json",
-    }
-    fid = await active_flow(
-        c,
-        admin,
-        flow_body(
+    framing = {"Content-Length": "999", "Transfer-Encoding": "chunked", "Bad Name": "x"}
+    headers = {"X-Ok": "1", "X-Not-Latin-1": "\u20ac", "Content-Type": "application/vnd.example+json"}
+
+    def body(h: dict[str, str]) -> dict[str, object]:
+        return flow_body(
             graph={
                 "nodes": [
                     {"id": "in"},
-                    {"id": "r", "componentId": "respond", "fields": {"status": 201, "headers": headers}},
+                    {"id": "r", "componentId": "respond", "fields": {"status": 201, "headers": h}},
                 ],
                 "edges": [{"source": "in", "target": "r"}],
             }
-        ),
-    )
+        )
+
+    # The service frames the reply: framing headers and invalid names are refused when saved.
+    r = await c.post("/flows", json=body({**headers, **framing}), headers=admin.headers)
+    assert r.status_code == 400 and all(name in r.text for name in framing), r.text
+    fid = await active_flow(c, admin, body(headers))
     r = await c.post(f"/webhooks/{fid}", params={"wait": 10}, json={"a": 1})
     assert r.status_code == 201 and r.json() == {"a": 1}
     assert r.headers["X-Ok"] == "1", r.headers
