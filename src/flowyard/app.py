@@ -93,7 +93,7 @@ def create_app(
             app.state.db,
             window_ms=settings.webhook_group_commit_ms,
             on_commit=engine.wake_worker if engine is not None else None,
-            limits=WebhookLimits.from_settings(settings),
+            limits=WebhookLimits.from_settings(settings, box),
             notifier=notifier,
         )
         try:
@@ -131,7 +131,7 @@ def create_app(
     if db is not None:  # usable without running the lifespan (tests over ASGI)
         app.state.db = db
         app.state.webhooks = WebhookBatcher(
-            db, window_ms=settings.webhook_group_commit_ms, limits=WebhookLimits.from_settings(settings)
+            db, window_ms=settings.webhook_group_commit_ms, limits=WebhookLimits.from_settings(settings, box)
         )
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.

@@ -7,7 +7,7 @@ the seed's table does not allow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -334,7 +334,20 @@ async def check_user_owners(
         raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
 
 
-def _apply(flow: Flow, clean: dict[str, Any]) -> None:
+Sealer = Callable[[str], str]
+"""Encrypts a webhook secret for storage (the service's ``SecretBox.seal``, as credentials are
+stored); the webhook door opens it (``webhooks.service.WebhookLimits.webhook_secret``)."""
+
+
+def _sealed(secret: str | None, seal: Sealer | None) -> str | None:
+    if secret is None:
+        return None
+    if seal is None:
+        raise RuntimeError("a webhook secret can only be stored sealed: no key was given")
+    return seal(secret)
+
+
+def _apply(flow: Flow, clean: dict[str, Any], seal: Sealer | None) -> None:
     flow.name = clean["name"]
     flow.name_lc = clean["name"].lower()
     flow.description = clean["description"]
@@ -345,7 +358,7 @@ def _apply(flow: Flow, clean: dict[str, Any]) -> None:
     flow.graph = clean["graph"]
     flow.owners = clean["owners"]
     if "webhookSecret" in clean:
-        flow.webhook_secret = clean["webhookSecret"]
+        flow.webhook_secret = _sealed(clean["webhookSecret"], seal)
 
 
 async def _write_owners(
@@ -360,7 +373,7 @@ async def _write_owners(
         )
 
 
-def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flow:
+def prepare_new_flow(principal: Principal, body: Any, registry: Registry, seal: Sealer | None = None) -> Flow:
     """Validate a create body and build the (unsaved) flow; InvalidInput lists every problem."""
     principal.require(perms.FLOWS_CREATE)
     clean, problems = validate_flow_body(body, registry=registry)
@@ -381,7 +394,7 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
         updated_at=now,
         created_by=principal.user_id,
     )
-    _apply(flow, clean)
+    _apply(flow, clean, seal)
     return flow
 
 
@@ -405,7 +418,12 @@ def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
 
 
 async def update_flow(
-    session: AsyncSession, principal: Principal, flow_id: str, patch: Any, registry: Registry
+    session: AsyncSession,
+    principal: Principal,
+    flow_id: str,
+    patch: Any,
+    registry: Registry,
+    seal: Sealer | None = None,
 ) -> Flow:
     principal.require(perms.FLOWS_UPDATE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
@@ -436,7 +454,7 @@ async def update_flow(
         "updated_at": utcnow(),
     }
     if "webhookSecret" in clean:
-        values["webhook_secret"] = clean["webhookSecret"]
+        values["webhook_secret"] = _sealed(clean["webhookSecret"], seal)
     result = await session.execute(
         sa.update(Flow)
         .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)

@@ -47,6 +47,7 @@ from flowyard.webhooks.models import WebhookRateBucket
 
 if TYPE_CHECKING:
     from flowyard.config import Settings
+    from flowyard.secrets.crypto import SecretBox
 
 log = logging.getLogger(__name__)
 
@@ -133,19 +134,40 @@ def signature_header(secret: str, raw: bytes, timestamp: int) -> str:
 
 @dataclass(frozen=True)
 class WebhookLimits:
-    """The settings the acceptance of a webhook depends on."""
+    """The settings the acceptance of a webhook depends on, and the key that opens the flows'
+    webhook secrets (stored sealed, like credentials: ``flows.service.seal_webhook_secret``)."""
 
     signature_tolerance: float = 300.0
     rate: float = 0.0  # requests per second per flow; 0: no limit
     burst: int = 1
+    box: SecretBox | None = None
+    _opened: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> WebhookLimits:
+    def from_settings(cls, settings: Settings, box: SecretBox | None = None) -> WebhookLimits:
         return cls(
             signature_tolerance=settings.webhook_signature_tolerance_seconds,
             rate=settings.webhook_rate_limit,
             burst=settings.webhook_burst(),
+            box=box,
         )
+
+    def webhook_secret(self, sealed: str) -> str | None:
+        """The secret a flow's stored (sealed) ``webhook_secret`` holds; None when it cannot be
+        opened (no key here, or another key), which refuses every signature. Opened secrets are
+        kept per sealed text (a changed secret is a new text)."""
+        secret = self._opened.get(sealed)
+        if secret is None and self.box is not None:
+            try:
+                opened = self.box.open(sealed)
+            except ValueError:
+                return None
+            if not isinstance(opened, str):
+                return None
+            if len(self._opened) >= 4096:
+                self._opened.clear()
+            secret = self._opened[sealed] = opened
+        return secret
 
 
 async def take_tokens(
@@ -348,8 +370,13 @@ async def accept_batch(
             out[i] = Conflict(f"Flow {req.flow_id} runs on a schedule and takes no webhooks.")
             continue
         if flow.webhook_secret and req.trigger == "webhook":
-            problem = signature_problem(
-                flow.webhook_secret, req.raw, req.signature, now=clock, tolerance=limits.signature_tolerance
+            secret = limits.webhook_secret(flow.webhook_secret)
+            problem = (
+                signature_problem(
+                    secret, req.raw, req.signature, now=clock, tolerance=limits.signature_tolerance
+                )
+                if secret is not None
+                else "cannot be checked (the flow's secret cannot be read with this service's key)"
             )
             if problem is not None:
                 out[i] = Unauthorized(f"X-Flowyard-Signature {problem}; expected {SIGNATURE_FORMAT}.")
