@@ -281,9 +281,11 @@ class Settings(BaseSettings):
         description="How far the t= timestamp of X-Flowyard-Signature may lie in the past or the future.",
     )
     webhook_rate_limit: float = Field(
-        0.0,
+        5000.0,
         ge=0,
-        description="Webhook requests accepted per second per flow, across all API processes (0: no limit).",
+        description="Webhook requests accepted per second per flow, across all API processes (0: no limit). "
+        "The default is above what one API process accepts for one flow (docs/security.md), so it "
+        "stops a flood without throttling a busy flow; lower it to what a flow's callers need.",
     )
     webhook_rate_burst: int | None = Field(
         None,

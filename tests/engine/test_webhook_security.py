@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowyard.clock import utcnow
+from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.engine import pruner
 from flowyard.executions.models import Execution
@@ -293,13 +294,31 @@ async def test_rate_limit_answers_429_with_retry_after(
     assert await count_executions(db, fid) == 4
 
 
-async def test_rate_limit_is_off_by_default(configured: MakeClient, admin: Account, db: Database) -> None:
+async def test_rate_limit_is_on_by_default(configured: MakeClient, admin: Account, db: Database) -> None:
+    """Attack (issue 17): no flow is left without a webhook budget. The default is generous
+    (docs/configuration.md: above what one service can accept for one flow), so ordinary
+    traffic passes; a flow whose bucket is empty is answered 429 with Retry-After."""
+    defaults = Settings()
+    assert defaults.webhook_rate_limit == 5000 and defaults.webhook_burst() == 5000
     c = await configured()
     fid = await active_flow(c, admin, flow_body())
     replies = await asyncio.gather(*(c.post(f"/webhooks/{fid}", json={}) for _ in range(20)))
     assert {r.status_code for r in replies} == {202}
-    async with db.read() as session:
-        assert await session.scalar(sa.select(sa.func.count()).select_from(WebhookRateBucket)) == 0
+    async with db.write() as session:
+        drained = await session.execute(
+            # Empty, and refilled "now" for the next hour: as if a flood had just taken every token.
+            sa.update(WebhookRateBucket)
+            .where(WebhookRateBucket.flow_id == fid)
+            .values(tokens=0.0, refilled_at=time.time() + 3600)
+        )
+        assert drained.rowcount == 1  # type: ignore[attr-defined]
+    r = await c.post(f"/webhooks/{fid}", json={})
+    assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text
+    assert (
+        r.json()["errors"][0]["message"]
+        == f"Flow {fid} receives at most 5000 webhooks per second; retry later."
+    )
+    assert await count_executions(db, fid) == 20
 
 
 async def test_rate_limit_holds_across_api_processes(
