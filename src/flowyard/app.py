@@ -95,7 +95,7 @@ def create_app(
             app.state.db,
             window_ms=settings.webhook_group_commit_ms,
             on_commit=engine.wake_worker if engine is not None else None,
-            limits=WebhookLimits.from_settings(settings, verify=signature.check),
+            limits=WebhookLimits.from_settings(settings, box, verify=signature.check),
             notifier=notifier,
         )
         try:
@@ -135,7 +135,7 @@ def create_app(
         app.state.webhooks = WebhookBatcher(
             db,
             window_ms=settings.webhook_group_commit_ms,
-            limits=WebhookLimits.from_settings(settings, verify=signature.check),
+            limits=WebhookLimits.from_settings(settings, box, verify=signature.check),
         )
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.

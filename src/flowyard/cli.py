@@ -23,6 +23,7 @@ from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
 from flowyard.iam.models import User
+from flowyard.secrets.crypto import load_key
 
 T = TypeVar("T")
 
@@ -51,9 +52,14 @@ def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
         raise click.ClickException(exc.message) from None
 
 
+def _secret_key(settings: Settings) -> bytes:
+    """The key stored secrets are sealed with (migration 0015 seals the webhook secrets)."""
+    return load_key(settings.configured_secret_key(), settings.data_dir)
+
+
 def _prepare(settings: Settings) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url())
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    migrations.upgrade(settings.resolved_database_url(), secret_key=_secret_key(settings))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -180,8 +186,8 @@ def migrate(revision: str) -> None:
     """Create or upgrade the database schema."""
     settings = _settings()
     _setup_logging(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url(), revision)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    migrations.upgrade(settings.resolved_database_url(), revision, secret_key=_secret_key(settings))
     click.echo(f"database at {revision}")
 
 

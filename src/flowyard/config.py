@@ -194,6 +194,20 @@ class Settings(BaseSettings):
     )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")
+    max_output_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Largest message (data and metadata, as JSON) a step may emit; over it the step "
+        "fails. Above FLOWYARD_HTTP_MAX_RESPONSE_BYTES and FLOWYARD_CONNECTOR_MAX_RESULT_BYTES, so "
+        "a response those let in fits.",
+    )
+    max_result_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Largest value stored or returned as an execution's result (as JSON): the body of "
+        "a respond node's reply (the ?wait= reply), the output of a last step, the data of a log "
+        "entry (cut to a marker over it). Over it the step that produced it fails.",
+    )
     max_attempts: int = Field(
         5, ge=1, description="Runs of an execution before a crash-looping one is failed."
     )
@@ -276,9 +290,11 @@ class Settings(BaseSettings):
         description="How far the t= timestamp of X-Flowyard-Signature may lie in the past or the future.",
     )
     webhook_rate_limit: float = Field(
-        0.0,
+        5000.0,
         ge=0,
-        description="Webhook requests accepted per second per flow, across all API processes (0: no limit).",
+        description="Webhook requests accepted per second per flow, across all API processes (0: no limit). "
+        "The default is above what one API process accepts for one flow (docs/security.md), so it "
+        "stops a flood without throttling a busy flow; lower it to what a flow's callers need.",
     )
     webhook_rate_burst: int | None = Field(
         None,

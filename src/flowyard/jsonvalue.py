@@ -54,6 +54,38 @@ def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+def size_over(value: Any, limit: int) -> int | None:
+    """The size of ``value`` written as JSON when it is over ``limit`` bytes, else None. The
+    runner checks each value a step produces with it, after ``depth_exceeds`` (orjson writes at
+    most 254 levels). A value orjson cannot write is not judged here (the IPC refuses it)."""
+    if isinstance(value, bool | int | float | None):
+        return None
+    try:
+        size = len(orjson.dumps(value))
+    except TypeError:
+        return None
+    return size if size > limit else None
+
+
+def size_text(n: int) -> str:
+    """``1 MiB``, ``512 KiB`` or ``1500 bytes``: how the size limits are named in errors."""
+    if n % 1048576 == 0:
+        return f"{n // 1048576} MiB"
+    if n % 1024 == 0:
+        return f"{n // 1024} KiB"
+    return f"{n} bytes"
+
+
+class TooBig(ValueError):
+    """A value a step produced is larger, written as JSON, than a size limit (SPEC §6)."""
+
+    def __init__(self, size: int, limit: int, setting: str) -> None:
+        self.size = size
+        self.limit = limit
+        # Completes a sentence: "its output is 12582914 bytes as JSON, over the 1 MiB limit (...)"
+        super().__init__(f"is {size} bytes as JSON, over the {size_text(limit)} limit ({setting})")
+
+
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
     """Raise ``TooDeep`` when ``value`` nests deeper than ``limit``."""
     if depth_exceeds(value, limit):

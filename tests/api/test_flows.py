@@ -114,10 +114,10 @@ async def test_create_returns_inactive_flow_with_owners(client: httpx.AsyncClien
 
 
 async def test_create_keeps_given_owners_once(client: httpx.AsyncClient, world: World) -> None:
-    owners = [{"id": world.alice.id, "type": "user"}, {"id": "ext-1", "type": "user"}]
+    owners = [{"id": world.alice.id, "type": "user"}, {"id": world.anna.id, "type": "user"}]
     flow = await create(client, world.alice, flow_body(owners=owners))
     assert flow["owners"].count({"id": world.alice.id, "type": "user"}) == 1
-    assert {"id": "ext-1", "type": "user"} in flow["owners"]
+    assert {"id": world.anna.id, "type": "user"} in flow["owners"]
 
 
 async def test_create_long_running_is_stored_as_realtime(client: httpx.AsyncClient, world: World) -> None:
@@ -209,6 +209,40 @@ async def test_user_without_tenant_sees_only_own_flows(
     assert (await client.get(f"/flows/{mine['id']}", headers=loner.headers)).status_code == 200
     assert_error(await client.get(f"/flows/{mine['id']}", headers=other.headers), 404)
     assert_error(await client.get(f"/flows/{mine['id']}", headers=world.alice.headers), 404)
+
+
+async def test_owners_are_only_users_the_caller_may_name(
+    client: httpx.AsyncClient, world: World, factory: Factory
+) -> None:
+    """Attack (issue 17): a flow's first user owner takes its executions, counts and logs, so a
+    non-admin names only itself (tenantless) or users of its own tenant; an id that is no local
+    user is refused as well. On create (one flow or an array) and on PATCH, 403."""
+    loner = await factory.user()
+    other_loner = await factory.user()
+    ghost = "0123456789abcdef01234567"  # no such user
+    for who, refused in (
+        (loner, [other_loner.id, world.alice.id, ghost, "ext-1"]),
+        (world.alice, [world.bob.id, loner.id, ghost]),
+    ):
+        mine = await create(client, who)
+        for uid in refused:
+            owners = [{"id": uid, "type": "user"}]
+            assert_error(await client.post("/flows", json=flow_body(owners=owners), headers=who.headers), 403)
+            r = await client.post("/flows", json=[flow_body(owners=owners), flow_body()], headers=who.headers)
+            assert r.status_code == 201, r.text
+            first, second = r.json()["data"]
+            assert first["errors"][0]["code"] == 403 and "id" in second
+            r = await client.patch(f"/flows/{mine['id']}", json={"owners": owners}, headers=who.headers)
+            assert_error(r, 403)
+    # What a tenant member may name, and what an administrator may.
+    colleague = [{"id": world.anna.id, "type": "user"}]
+    assert (
+        await client.post("/flows", json=flow_body(owners=colleague), headers=world.alice.headers)
+    ).status_code == 201
+    r = await client.post(
+        "/flows", json=flow_body(owners=[{"id": ghost, "type": "user"}]), headers=world.admin.headers
+    )
+    assert r.status_code == 201, r.text
 
 
 @pytest.mark.parametrize("bad", MALFORMED_IDS)
@@ -441,7 +475,7 @@ async def test_non_admin_cannot_hand_a_flow_to_another_tenant(
     # Own tenant and users are fine.
     mine = {"id": world.tenant_a, "type": "tenant"}
     r = await client.patch(
-        url, json={"owners": [mine, {"id": "ext-user", "type": "user"}]}, headers=world.alice.headers
+        url, json={"owners": [mine, {"id": world.anna.id, "type": "user"}]}, headers=world.alice.headers
     )
     assert r.status_code == 200, r.text
     # An administrator may share it; the tenant member can still edit the flow afterwards.

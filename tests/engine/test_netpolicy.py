@@ -272,7 +272,10 @@ async def test_proxy_environment_is_ignored(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 async def test_response_body_is_capped(chunked: bool) -> None:
     settings = Settings(
-        http_allow_networks=["127.0.0.0/8"], step_timeout=5, http_max_response_bytes=1024 * 1024
+        http_allow_networks=["127.0.0.0/8"],
+        step_timeout=5,
+        http_max_response_bytes=1024 * 1024,
+        max_result_bytes=2 * 1024 * 1024,  # the http step is the last: its output is the result
     )
     with upstream_server() as up:
         up.chunked = chunked

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from flowyard.clock import utcnow
+from flowyard.config import Settings
 from flowyard.db.session import Database
 from flowyard.errors import Unauthorized
 from flowyard.queue import pruner
@@ -224,7 +225,8 @@ async def test_acceptance_without_a_signature_check_refuses_signed_flows(
     async with db.write() as session:
         bare = await accept_batch(session, [request(signed), request(None, trigger="amqp")], WebhookLimits())
     assert isinstance(bare[0], Unauthorized) and isinstance(bare[1], Accepted), bare
-    checked = WebhookLimits(verify=signature.check)
+    app = c._transport.app  # type: ignore[attr-defined]
+    checked = WebhookLimits(verify=signature.check, box=app.state.secret_box)
     async with db.write() as session:
         out = await accept_batch(session, [request(signed), request("garbage")], checked)
     assert isinstance(out[0], Accepted) and isinstance(out[1], Unauthorized), out
@@ -320,13 +322,31 @@ async def test_rate_limit_answers_429_with_retry_after(
     assert await count_executions(db, fid) == 4
 
 
-async def test_rate_limit_is_off_by_default(configured: MakeClient, admin: Account, db: Database) -> None:
+async def test_rate_limit_is_on_by_default(configured: MakeClient, admin: Account, db: Database) -> None:
+    """Attack (issue 17): no flow is left without a webhook budget. The default is generous
+    (docs/configuration.md: above what one service can accept for one flow), so ordinary
+    traffic passes; a flow whose bucket is empty is answered 429 with Retry-After."""
+    defaults = Settings()
+    assert defaults.webhook_rate_limit == 5000 and defaults.webhook_burst() == 5000
     c = await configured()
     fid = await active_flow(c, admin, flow_body())
     replies = await asyncio.gather(*(c.post(f"/webhooks/{fid}", json={}) for _ in range(20)))
     assert {r.status_code for r in replies} == {202}
-    async with db.read() as session:
-        assert await session.scalar(sa.select(sa.func.count()).select_from(WebhookRateBucket)) == 0
+    async with db.write() as session:
+        drained = await session.execute(
+            # Empty, and refilled "now" for the next hour: as if a flood had just taken every token.
+            sa.update(WebhookRateBucket)
+            .where(WebhookRateBucket.flow_id == fid)
+            .values(tokens=0.0, refilled_at=time.time() + 3600)
+        )
+        assert drained.rowcount == 1  # type: ignore[attr-defined]
+    r = await c.post(f"/webhooks/{fid}", json={})
+    assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text
+    assert (
+        r.json()["errors"][0]["message"]
+        == f"Flow {fid} receives at most 5000 webhooks per second; retry later."
+    )
+    assert await count_executions(db, fid) == 20
 
 
 async def test_rate_limit_holds_across_api_processes(
@@ -368,27 +388,24 @@ async def test_idle_rate_buckets_are_pruned(configured: MakeClient, admin: Accou
 
 async def test_respond_headers_cannot_break_the_reply(configured: MakeClient, admin: Account) -> None:
     c = await configured()
-    headers = {
-        "X-Ok": "1",
-        "Content-Length": "999",
-        "Transfer-Encoding": "chunked",
-        "X-Not-Latin-1": "\u20ac",
-        "Bad Name": "x",
-        "Content-Type": "application/vnd.example+json",
-    }
-    fid = await active_flow(
-        c,
-        admin,
-        flow_body(
+    framing = {"Content-Length": "999", "Transfer-Encoding": "chunked", "Bad Name": "x"}
+    headers = {"X-Ok": "1", "X-Not-Latin-1": "\u20ac", "Content-Type": "application/vnd.example+json"}
+
+    def body(h: dict[str, str]) -> dict[str, object]:
+        return flow_body(
             graph={
                 "nodes": [
                     {"id": "in"},
-                    {"id": "r", "componentId": "respond", "fields": {"status": 201, "headers": headers}},
+                    {"id": "r", "componentId": "respond", "fields": {"status": 201, "headers": h}},
                 ],
                 "edges": [{"source": "in", "target": "r"}],
             }
-        ),
-    )
+        )
+
+    # The service frames the reply: framing headers and invalid names are refused when saved.
+    r = await c.post("/flows", json=body({**headers, **framing}), headers=admin.headers)
+    assert r.status_code == 400 and all(name in r.text for name in framing), r.text
+    fid = await active_flow(c, admin, body(headers))
     r = await c.post(f"/webhooks/{fid}", params={"wait": 10}, json={"a": 1})
     assert r.status_code == 201 and r.json() == {"a": 1}
     assert r.headers["X-Ok"] == "1", r.headers

@@ -4,6 +4,7 @@ group as third-party ones (see pyproject.toml)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -18,7 +19,7 @@ from flowyard.components.expressions import (
     compile_expression,
     compile_mapper,
 )
-from flowyard.components.netpolicy import refusal_of
+from flowyard.components.netpolicy import redact_url, refusal_of, scrub_userinfo
 from flowyard.components.registry import Component, Message
 
 
@@ -181,16 +182,60 @@ DELAY = Component.single(
 )
 
 
+# The reply of a synchronous webhook goes to an anonymous caller from the service's own origin,
+# so a flow sets only headers that cannot act on that origin or on the caller's browser (the one
+# policy, docs/security.md "Webhook replies"): these names, a JSON Content-Type, a Location that
+# is a path on this origin, and custom X- headers but the ones proxies act on. Everything else
+# (Set-Cookie, Access-Control-*, WWW-Authenticate, Strict-Transport-Security, CSP, Refresh,
+# Content-Disposition, Content-Encoding, Link...) is refused when the flow is saved and dropped
+# from a reply.
+REPLY_HEADERS_ALLOWED = frozenset(
+    {"cache-control", "content-language", "etag", "expires", "last-modified", "retry-after", "vary"}
+)
+_REPLY_X_REFUSED = ("x-accel-", "x-sendfile", "x-lighttpd-", "x-forwarded-", "x-real-ip", "x-flowyard-")
+_JSON_TYPE = re.compile(r"application/(?:[\w.+-]+\+)?json\s*(?:;\s*charset=utf-8\s*)?", re.IGNORECASE)
+
+
+def reply_header_refusal(name: str, value: str) -> str | None:
+    """Why a flow may not set this header on a webhook reply, or None when it may."""
+    low = name.lower()
+    if low in REPLY_HEADERS_ALLOWED:
+        return None
+    if low == "content-type":
+        return None if _JSON_TYPE.fullmatch(value.strip()) else "the reply is JSON: only a JSON Content-Type"
+    if low == "location":
+        v = value.strip()
+        if v.startswith("/") and not v.startswith("//") and "\\" not in v:
+            return None
+        return "a Location must be a path on this service (starting with one '/')"
+    if low.startswith("x-") and not low.startswith(_REPLY_X_REFUSED):
+        return None
+    return "not one of the headers a webhook reply may carry (docs/security.md)"
+
+
 class RespondFields(_Fields):
     status: int = Field(200, ge=200, le=599, description="HTTP status of the synchronous webhook reply.")
     body: str | None = Field(None, description="JSONata for the reply body; default: the message data.")
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Reply headers: Cache-Control, Content-Language, ETag, Expires, Last-Modified, "
+        "Retry-After, Vary, a JSON Content-Type, a Location that is a path on this service, custom "
+        "X- headers (docs/security.md).",
+    )
 
     @field_validator("body")
     @classmethod
     def _body(cls, value: str | None) -> str | None:
         if value is not None:
             compile_expression(value)
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        refused = [f"{k}: {why}" for k, v in value.items() if (why := reply_header_refusal(k, v))]
+        if refused:
+            raise ValueError("; ".join(refused))
         return value
 
 
@@ -273,7 +318,7 @@ def _render_url(template: str, data: Any) -> str:
         before, _, tail = rest.partition("{{")
         expr, sep, rest = tail.partition("}}")
         if not sep:
-            raise ComponentError(f"unclosed '{{{{' in url {template!r}")
+            raise ComponentError(f"unclosed '{{{{' in url {redact_url(template)!r}")
         value = compile_expression(expr.strip()).evaluate(data)
         out += before + ("" if value is None else str(value))
     return out + rest
@@ -283,9 +328,10 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     f: HttpFields = ctx.fields
     data = message["data"]
     url = _render_url(f.url, data)
+    shown = redact_url(url)  # every error text below names the URL without its password
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ComponentError(f"url {url!r} is not an http(s) URL")
+        raise ComponentError(f"url {shown!r} is not an http(s) URL")
     headers = dict(f.headers)
     auth: httpx.Auth | None = None
     creds = ctx.credentials or {}
@@ -317,11 +363,12 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     except httpx.HTTPError as exc:
         refused = refusal_of(exc)
         if refused is not None:
-            raise ComponentError(f"{f.method} {url}: {refused}") from None
-        raise ComponentError(f"{f.method} {url} failed: {type(exc).__name__}: {exc}") from None
+            raise ComponentError(f"{f.method} {shown}: {scrub_userinfo(str(refused), url)}") from None
+        detail = scrub_userinfo(str(exc), url)
+        raise ComponentError(f"{f.method} {shown} failed: {type(exc).__name__}: {detail}") from None
     if raw is None:
         raise ComponentError(
-            f"{f.method} {url}: the response body exceeds the {_size(cap)} limit "
+            f"{f.method} {shown}: the response body exceeds the {_size(cap)} limit "
             "(FLOWYARD_HTTP_MAX_RESPONSE_BYTES)"
         )
     content: Any
@@ -330,7 +377,7 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     except orjson.JSONDecodeError:
         content = raw.decode(resp.encoding or "utf-8", errors="replace")
     if f.failOnError and resp.status_code >= 400:
-        raise ComponentError(f"{f.method} {url} answered {resp.status_code}")
+        raise ComponentError(f"{f.method} {shown} answered {resp.status_code}")
     return {
         "data": {"status": resp.status_code, "headers": dict(resp.headers), "body": content},
         "metadata": message["metadata"],

@@ -20,6 +20,7 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
 import httpcore
@@ -302,3 +303,34 @@ def refusal_of(exc: BaseException) -> DestinationRefused | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for an error text or a log line: the password of its userinfo replaced by
+    ``***`` (``https://user:***@host/``). Every text that echoes a URL flow code asked for
+    goes through this (the step error is readable by the flow's readers)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, colon, _password = userinfo.partition(":")
+    netloc = f"{user}:***@{hostport}" if colon else f"{user}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def scrub_userinfo(text: str, url: str) -> str:
+    """``text`` (an exception's, which may quote the URL or its parts) with the password of
+    ``url``'s userinfo, raw and percent-decoded, replaced by ``***``."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        text = text.replace(url, redact_url(url))
+        for secret in {password, unquote(password)}:
+            if secret:
+                text = text.replace(secret, "***")
+    return text

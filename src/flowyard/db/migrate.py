@@ -10,7 +10,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
+
+from flowyard.db.session import private_sqlite_files
 
 _HERE = Path(__file__).parent
 
@@ -22,18 +24,34 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate to ``revision``. Must not run inside an event loop (env.py starts one)."""
-    command.upgrade(alembic_config(url), revision)
+def upgrade(url: str, revision: str = "head", *, secret_key: bytes | None = None) -> None:
+    """Migrate to ``revision``. Must not run inside an event loop (env.py starts one).
+
+    ``secret_key``: the service's key (``secrets.crypto.load_key``), for the migrations that
+    seal stored secrets (0015, the flows' webhook secrets); needed only when there are any."""
+    cfg = alembic_config(url)
+    cfg.attributes["flowyard_secret_key"] = secret_key
+    parsed = make_url(url)
+    database = parsed.database
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and database
+        and database != ":memory:"
+        and "mode=memory" not in url
+    ):
+        private_sqlite_files(Path(database))  # created 0600 here when the migration is first
+    command.upgrade(cfg, revision)
 
 
-def downgrade(url: str, revision: str) -> None:
-    command.downgrade(alembic_config(url), revision)
+def downgrade(url: str, revision: str, *, secret_key: bytes | None = None) -> None:
+    cfg = alembic_config(url)
+    cfg.attributes["flowyard_secret_key"] = secret_key
+    command.downgrade(cfg, revision)
 
 
-async def upgrade_async(url: str, revision: str = "head") -> None:
+async def upgrade_async(url: str, revision: str = "head", *, secret_key: bytes | None = None) -> None:
     """From async code: run the migration in a thread with its own event loop."""
-    await asyncio.to_thread(upgrade, url, revision)
+    await asyncio.to_thread(lambda: upgrade(url, revision, secret_key=secret_key))
 
 
 def script_head() -> str:

@@ -12,6 +12,7 @@ import fcntl
 import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -82,6 +83,7 @@ class Database:
         self._file_lock: _FileLock | None = None
         database = self.url.database
         if self.is_sqlite and database and database != ":memory:" and "mode=memory" not in str(self.url):
+            private_sqlite_files(Path(database))
             self._file_lock = _FileLock(f"{database}-writelock")
 
     @contextlib.asynccontextmanager
@@ -230,6 +232,21 @@ class _FileLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def private_sqlite_files(path: Path) -> None:
+    """The embedded database is readable by the service's user only: its directory is made
+    0700 when created here, the file is created 0600 before SQLite opens it (SQLite gives its
+    -wal and -shm files the database file's mode), and an existing file, -wal or -shm left
+    more open by an older flowyard is set to 0600. A file owned by someone else is left as is."""
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(OSError):
+            if file.stat().st_mode & 0o077:
+                file.chmod(0o600)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -43,7 +43,9 @@ class Flow(Timestamped, Base):
     last_execution_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     from_template: Mapped[str | None] = mapped_column(Id)
     # Optional HMAC-SHA256 secret for webhook signatures; never returned.
-    webhook_secret: Mapped[str | None] = mapped_column(sa.String(200))
+    # Sealed (SecretBox, migration 0015), never plaintext: about 360 characters for a secret of
+    # 200. TEXT on PostgreSQL; SQLite ignores the VARCHAR length.
+    webhook_secret: Mapped[str | None] = mapped_column(sa.String(200).with_variant(sa.Text(), "postgresql"))
     created_by: Mapped[str | None] = mapped_column(Id)
 
     __table_args__ = (

@@ -39,6 +39,7 @@ def _nudge(request: Request) -> None:
 async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
     body = await read_json(request)
     registry = request.app.state.registry
+    seal = request.app.state.secret_box.seal  # a webhookSecret is stored sealed
     if isinstance(body, list):
         caller.require(perms.FLOWS_CREATE)
         if len(body) > 1000:
@@ -47,7 +48,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
         good = []
         for item in body:
             try:
-                flow = service.prepare_new_flow(caller, item, registry)
+                flow = service.prepare_new_flow(caller, item, registry, seal)
                 good.append(flow)
                 results.append(flow)
             except FlowyardError as exc:
@@ -63,7 +64,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                     results[i] = error_body(exc.status, exc.problems)
             await service.insert_flows(session, good)
         return single([service.to_dict(r) if not isinstance(r, dict) else r for r in results], 201)
-    flow = service.prepare_new_flow(caller, body, registry)
+    flow = service.prepare_new_flow(caller, body, registry, seal)
     async with db.write() as session:
         await service.check_user_owners(session, caller, flow.owners)
         await service.insert_flows(session, [flow])
@@ -132,7 +133,9 @@ async def patch_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JS
     caller.require(perms.FLOWS_UPDATE)
     body = await read_json(request)
     async with db.write() as session:
-        flow = await service.update_flow(session, caller, id, body, request.app.state.registry)
+        flow = await service.update_flow(
+            session, caller, id, body, request.app.state.registry, request.app.state.secret_box.seal
+        )
     return single(service.to_dict(flow))
 
 

@@ -7,7 +7,7 @@ the seed's table does not allow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +26,7 @@ from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
 from flowyard.flows.validation import validate_flow_body
 from flowyard.iam import permissions as perms
+from flowyard.iam import policy
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.ids import new_id
@@ -307,10 +308,12 @@ async def check_user_owners(
     owners: Sequence[dict[str, str]],
     kept: Sequence[dict[str, str]] | None = None,
 ) -> None:
-    """A user owner sees and may edit the flow, so a non-admin may not name a local user
-    of another tenant (or a tenant-less user other than itself). Ids that are no local
-    user (external identities) grant nothing here and stay allowed, as do entries
-    already stored."""
+    """A user owner sees and may edit the flow, and the flow's executions, counts and logs
+    are charged to its first user owner, so a non-admin names only users it may name
+    (``iam.policy.may_name_owner``): a tenantless user only itself, a tenant member itself
+    and the users of its tenant. An id that is no local user is refused too (it would take
+    the flow's executions, counts and logs to an identity nobody can check). Entries already
+    stored (an administrator may have added them) stay allowed."""
     if principal.is_admin:
         return
     wanted = {
@@ -321,12 +324,30 @@ async def check_user_owners(
     if not wanted:
         return
     rows = await session.execute(sa.select(User.id, User.tenant_id).where(User.id.in_(sorted(wanted))))
-    outside = sorted(uid for uid, tenant in rows if tenant is None or tenant != principal.tenant_id)
+    tenant_of = {uid: tenant for uid, tenant in rows}
+    outside = sorted(
+        uid
+        for uid in wanted
+        if uid not in tenant_of or not policy.may_name_owner(principal, uid, tenant_of[uid])
+    )
     if outside:
         raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
 
 
-def _apply(flow: Flow, clean: dict[str, Any]) -> None:
+Sealer = Callable[[str], str]
+"""Encrypts a webhook secret for storage (the service's ``SecretBox.seal``, as credentials are
+stored); the webhook door opens it (``webhooks.service.WebhookLimits.webhook_secret``)."""
+
+
+def _sealed(secret: str | None, seal: Sealer | None) -> str | None:
+    if secret is None:
+        return None
+    if seal is None:
+        raise RuntimeError("a webhook secret can only be stored sealed: no key was given")
+    return seal(secret)
+
+
+def _apply(flow: Flow, clean: dict[str, Any], seal: Sealer | None) -> None:
     flow.name = clean["name"]
     flow.name_lc = clean["name"].lower()
     flow.description = clean["description"]
@@ -337,7 +358,7 @@ def _apply(flow: Flow, clean: dict[str, Any]) -> None:
     flow.graph = clean["graph"]
     flow.owners = clean["owners"]
     if "webhookSecret" in clean:
-        flow.webhook_secret = clean["webhookSecret"]
+        flow.webhook_secret = _sealed(clean["webhookSecret"], seal)
 
 
 async def _write_owners(
@@ -352,7 +373,7 @@ async def _write_owners(
         )
 
 
-def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flow:
+def prepare_new_flow(principal: Principal, body: Any, registry: Registry, seal: Sealer | None = None) -> Flow:
     """Validate a create body and build the (unsaved) flow; InvalidInput lists every problem."""
     principal.require(perms.FLOWS_CREATE)
     clean, problems = validate_flow_body(body, registry=registry)
@@ -373,7 +394,7 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry) -> Flo
         updated_at=now,
         created_by=principal.user_id,
     )
-    _apply(flow, clean)
+    _apply(flow, clean, seal)
     return flow
 
 
@@ -397,7 +418,12 @@ def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
 
 
 async def update_flow(
-    session: AsyncSession, principal: Principal, flow_id: str, patch: Any, registry: Registry
+    session: AsyncSession,
+    principal: Principal,
+    flow_id: str,
+    patch: Any,
+    registry: Registry,
+    seal: Sealer | None = None,
 ) -> Flow:
     principal.require(perms.FLOWS_UPDATE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
@@ -428,7 +454,7 @@ async def update_flow(
         "updated_at": utcnow(),
     }
     if "webhookSecret" in clean:
-        values["webhook_secret"] = clean["webhookSecret"]
+        values["webhook_secret"] = _sealed(clean["webhookSecret"], seal)
     result = await session.execute(
         sa.update(Flow)
         .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)

@@ -22,7 +22,7 @@ PASSWORD_FILE = "initial-admin-password"
 
 def _write_password_file(data_dir: Path, username: str, password: str) -> Path:
     """``<data_dir>/initial-admin-password``, mode 0600: a ``username: …`` and a ``password: …`` line."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / PASSWORD_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     # An older file keeps its mode on O_CREAT; narrow it before the secret is written.

@@ -11,6 +11,7 @@ questions below and nothing else decides; routers only translate HTTP.
 - "May it act on this user": ``may_act_on_user`` (admin: anyone; a tenant
   member: non-admin users of its own tenant; a tenantless non-admin: only itself).
 - "Which users may it see": ``sees_every_user`` / ``user_visible``.
+- "May it name this user as a flow's owner": ``may_name_owner``.
 - "May it manage the roles of tenant X": ``require_role_scope``.
 - "Does changing this password need the current one": ``password_change_needs_current``.
 """
@@ -109,6 +110,16 @@ def sees_every_user(principal: Principal) -> bool:
 
 def user_visible(principal: Principal, user_id: str, user_tenant: str | None) -> bool:
     if sees_every_user(principal) or user_id == principal.user_id:
+        return True
+    return principal.tenant_id is not None and user_tenant == principal.tenant_id
+
+
+def may_name_owner(principal: Principal, user_id: str, user_tenant: str | None) -> bool:
+    """Whether the caller may name this (local) user as an owner of a flow: the owner sees and
+    edits the flow, and its executions, counts and logs are charged to the first user owner.
+    An administrator names anyone; anyone else itself, and a tenant member the users of its
+    own tenant (``iam.account.read``, which shows every user, does not widen this)."""
+    if principal.is_admin or user_id == principal.user_id:
         return True
     return principal.tenant_id is not None and user_tenant == principal.tenant_id
 

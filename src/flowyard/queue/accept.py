@@ -53,6 +53,7 @@ from flowyard.queue.rate_buckets import WebhookRateBucket
 
 if TYPE_CHECKING:
     from flowyard.config import Settings
+    from flowyard.secrets.crypto import SecretBox
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +92,46 @@ SignatureCheck = Callable[[str, bytes, "str | None", float, float], "FlowyardErr
 
 @dataclass(frozen=True)
 class WebhookLimits:
-    """The settings the acceptance of a webhook depends on, and its signature check. Without a
-    check, a webhook to a flow with a secret is refused (nothing may pass unchecked)."""
+    """The settings the acceptance of a webhook depends on, its signature check and the key
+    that opens the flows' webhook secrets (stored sealed, like credentials:
+    ``flows.service`` takes the seal from its router). Without a check, or a secret this key cannot open,
+    a webhook to a flow with a secret is refused (nothing may pass unchecked)."""
 
     signature_tolerance: float = 300.0
     rate: float = 0.0  # requests per second per flow; 0: no limit
     burst: int = 1
     verify: SignatureCheck | None = None
+    box: SecretBox | None = None
+    _opened: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings, verify: SignatureCheck | None = None) -> WebhookLimits:
+    def from_settings(
+        cls, settings: Settings, box: SecretBox | None = None, verify: SignatureCheck | None = None
+    ) -> WebhookLimits:
         return cls(
             signature_tolerance=settings.webhook_signature_tolerance_seconds,
             rate=settings.webhook_rate_limit,
             burst=settings.webhook_burst(),
             verify=verify,
+            box=box,
         )
+
+    def webhook_secret(self, sealed: str) -> str | None:
+        """The secret a flow's stored (sealed) ``webhook_secret`` holds; None when it cannot be
+        opened (no key here, or another key), which refuses every signature. Opened secrets are
+        kept per sealed text (a changed secret is a new text)."""
+        secret = self._opened.get(sealed)
+        if secret is None and self.box is not None:
+            try:
+                opened = self.box.open(sealed)
+            except ValueError:
+                return None
+            if not isinstance(opened, str):
+                return None
+            if len(self._opened) >= 4096:
+                self._opened.clear()
+            secret = self._opened[sealed] = opened
+        return secret
 
 
 async def take_tokens(
@@ -309,11 +334,16 @@ async def accept_batch(
             out[i] = Conflict(f"Flow {req.flow_id} runs on a schedule and takes no webhooks.")
             continue
         if flow.webhook_secret and req.trigger == "webhook":
-            refused = (
-                limits.verify(flow.webhook_secret, req.raw, req.signature, clock, limits.signature_tolerance)
-                if limits.verify is not None
-                else Unauthorized("The webhook's signature cannot be checked.")
-            )
+            secret = limits.webhook_secret(flow.webhook_secret)
+            if limits.verify is None:
+                refused: FlowyardError | None = Unauthorized("The webhook's signature cannot be checked.")
+            elif secret is None:
+                refused = Unauthorized(
+                    "X-Flowyard-Signature cannot be checked (the flow's secret cannot be read with "
+                    "this service's key)."
+                )
+            else:
+                refused = limits.verify(secret, req.raw, req.signature, clock, limits.signature_tolerance)
             if refused is not None:
                 out[i] = refused
                 continue

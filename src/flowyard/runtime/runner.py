@@ -31,7 +31,7 @@ from flowyard.components.expressions import (
     compile_mapper,
 )
 from flowyard.components.registry import Component, ComponentFunction, Message, Registry
-from flowyard.jsonvalue import TooDeep, depth_exceeds
+from flowyard.jsonvalue import TooBig, TooDeep, depth_exceeds, size_over
 from flowyard.queue.records import Claimed, Outcome, StepRecord
 
 if TYPE_CHECKING:
@@ -195,6 +195,24 @@ def _as_messages(value: Any, metadata: dict[str, Any]) -> list[Message]:
     return out
 
 
+def _check_sizes(
+    node_id: str, out: list[Message], reply: Reply | None, settings: Settings, *, sink: bool
+) -> None:
+    """What a step produced against the size caps (SPEC §6): the reply it set and, when it is a
+    last step, its output are stored and returned as the result (``max_result_bytes``); every
+    message it emits goes through the IPC and on to the next step (``max_output_bytes``)."""
+    result_cap, output_cap = settings.max_result_bytes, settings.max_output_bytes
+    if reply is not None and (n := size_over(reply.body, result_cap)) is not None:
+        too_big = TooBig(n, result_cap, "FLOWYARD_MAX_RESULT_BYTES")
+        raise StepFailed(node_id, f"the body of its reply {too_big}")
+    for msg in out:
+        if (n := size_over(msg, output_cap)) is not None:
+            raise StepFailed(node_id, f"its output {TooBig(n, output_cap, 'FLOWYARD_MAX_OUTPUT_BYTES')}")
+        if sink and (n := size_over(msg["data"], result_cap)) is not None:
+            too_big = TooBig(n, result_cap, "FLOWYARD_MAX_RESULT_BYTES")
+            raise StepFailed(node_id, f"its output, the execution's result, {too_big}")
+
+
 def _sample(values: list[Any]) -> Any:
     if not values:
         return None
@@ -311,6 +329,8 @@ async def run_execution(
                     data = entry.get("data")
                     if depth_exceeds(data):  # the entry is kept without it; the step fails below
                         data, deep_log = None, True
+                    elif (big := size_over(data, settings.max_result_bytes)) is not None:
+                        data = {"truncated": True, "bytes": big, "limit": settings.max_result_bytes}
                     logs.append(_log(base_log, entry["level"], entry["message"], node, data))
             # What a step returns goes to the IPC and the store: never deeper than the limit.
             if deep_log:
@@ -320,6 +340,15 @@ async def run_execution(
                     raise StepFailed(node_id, f"its output {TooDeep()}")
             if reply and reply[-1] is not replied and depth_exceeds(reply[-1].body):
                 raise StepFailed(node_id, f"the body of its reply {TooDeep()}")
+            # ... nor larger than the size caps (SPEC §6): a message in flight, and what is stored
+            # and returned as the result (a reply body, a last step's output).
+            _check_sizes(
+                node_id,
+                out,
+                reply[-1] if reply and reply[-1] is not replied else None,
+                settings,
+                sink=not flow.out_edges[node_id],
+            )
             st.messages_out += len(out)
             emitted += len(out)
             if emitted > settings.max_messages:

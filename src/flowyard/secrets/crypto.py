@@ -37,7 +37,7 @@ def load_key(configured: str | None, data_dir: Path) -> bytes:
     path = data_dir / "secret.key"
     if path.exists():
         return path.read_bytes().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Fernet.generate_key()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

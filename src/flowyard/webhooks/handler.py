@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from flowyard import jsonvalue
 from flowyard.api.deps import is_json_content_type
+from flowyard.components.builtins import reply_header_refusal
 from flowyard.db.session import Database
 from flowyard.errors import InvalidInput, Problem, UnsupportedMediaType, error_body
 from flowyard.queue.accept import WebhookBatcher, WebhookRequest
@@ -55,14 +56,18 @@ _RESERVED = frozenset(
 
 
 def reply_headers(raw: Any) -> dict[str, str]:
-    """The headers a flow's respond node set, minus framing headers and anything that is not a
-    valid header (which would otherwise fail the reply after the fact)."""
+    """The headers a flow's respond node set that the reply policy allows
+    (``builtins.reply_header_refusal``: flows saved before it get the same answer), minus
+    framing headers and anything that is not a valid header (which would otherwise fail the
+    reply after the fact)."""
     out: dict[str, str] = {}
     if not isinstance(raw, dict):
         return out
     for name, value in raw.items():
         name, value = str(name), str(value)
         if not _TOKEN.fullmatch(name) or name.lower() in _RESERVED:
+            continue
+        if reply_header_refusal(name, value) is not None:
             continue
         if any(c in value for c in "\r\n\x00") or not all(ord(c) < 256 for c in value):
             continue
