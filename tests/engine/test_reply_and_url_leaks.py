@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from flowyard.components.builtins import reply_header_refusal
 from flowyard.components.netpolicy import redact_url, scrub_userinfo
 from flowyard.config import Settings
+from flowyard.db.session import Database
+from flowyard.flows.models import Flow
 from flowyard.webhooks.handler import reply_headers
 from tests.conftest import Account, Factory, flow_body
 from tests.engine.test_engine_e2e import active_flow, finished
@@ -186,3 +189,45 @@ async def test_respond_node_keeps_the_allowed_headers(
     for name, value in allowed.items():
         assert r.headers[name] == value
     assert "set-cookie" not in r.headers and "access-control-allow-origin" not in r.headers
+
+
+async def test_a_flow_saved_before_the_header_policy_still_runs_without_the_refused_headers(
+    engine_client: httpx.AsyncClient, admin: Account, db: Database
+) -> None:
+    """The policy refuses at save; a flow stored before it (its graph written here directly, as an
+    older flowyard stored it) is not stopped by it: it runs, and the refused headers are dropped."""
+    headers = {"Set-Cookie": "session=attacker", "Access-Control-Allow-Origin": "*", "X-Order-Id": "7"}
+    safe = flow_body(
+        graph={
+            "nodes": [
+                {"id": "in", "componentId": "webhook"},
+                {"id": "reply", "componentId": "respond", "fields": {"status": 200, "body": "'ok'"}},
+            ],
+            "edges": [{"source": "in", "target": "reply"}],
+        }
+    )
+    r = await engine_client.post("/flows", json=safe, headers=admin.headers)
+    assert r.status_code == 201, r.text
+    fid = r.json()["data"]["id"]
+    graph = {**safe["graph"]}
+    graph["nodes"] = [graph["nodes"][0], {**graph["nodes"][1], "fields": {"status": 200, "headers": headers}}]
+    async with db.write() as session:
+        await session.execute(sa.update(Flow).where(Flow.id == fid).values(graph=graph))
+    r = await engine_client.post(f"/flows/{fid}/start", headers=admin.headers)
+    assert r.status_code in (200, 202), r.text
+    active = await active_flow_ready(engine_client, admin, fid)
+    assert active
+    r = await engine_client.post(f"/webhooks/{fid}", params={"wait": 10}, json={"q": 1})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Order-Id"] == "7"
+    assert "set-cookie" not in r.headers and "access-control-allow-origin" not in r.headers
+
+
+async def active_flow_ready(c: httpx.AsyncClient, who: Account, fid: str) -> bool:
+    from tests.conftest import wait_until
+
+    async def active() -> bool:
+        r = await c.get(f"/flows/{fid}", headers=who.headers)
+        return bool(r.json()["data"]["status"] == "active")
+
+    return bool(await wait_until(active))

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from flowyard.components.context import StepContext
 from flowyard.components.expressions import (
@@ -232,11 +232,12 @@ class RespondFields(_Fields):
 
     @field_validator("headers")
     @classmethod
-    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
-        refused = [f"{k}: {why}" for k, v in value.items() if (why := reply_header_refusal(k, v))]
-        if refused:
-            raise ValueError("; ".join(refused))
-        return value
+    def _headers(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        refused = {k: why for k, v in value.items() if (why := reply_header_refusal(k, v))}
+        if refused and (info.context or {}).get("saving"):
+            raise ValueError("; ".join(f"{k}: {why}" for k, why in refused.items()))
+        # A flow saved before the policy still runs, without the headers it refuses.
+        return {k: v for k, v in value.items() if k not in refused}
 
 
 async def respond(message: Message, ctx: StepContext) -> Message:

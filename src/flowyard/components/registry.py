@@ -27,6 +27,9 @@ ComponentFunction = Callable[[Message, "StepContext"], Awaitable[Any]]
 
 ENTRY_POINT_GROUP = "flowyard.components"
 
+# The validation context of a flow being saved (``Component.validate_fields``).
+SAVING = {"saving": True}
+
 
 @dataclass(frozen=True)
 class Component:
@@ -87,7 +90,9 @@ class Component:
         if self.fields is None:
             return []
         try:
-            self.fields.model_validate(raw)
+            # SAVING: validators may be stricter when a flow is saved than when a stored one is
+            # parsed to run (a rule added later must not stop a flow saved before it).
+            self.fields.model_validate(raw, context=SAVING)
         except ValidationError as exc:
             out = []
             for err in exc.errors():
