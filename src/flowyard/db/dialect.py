@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,28 @@ def joined_strings(session: AsyncSession, column: Any) -> Any:
     return sa.func.group_concat(column, sa.literal_column("','"), type_=sa.Text)
 
 
+@functools.cache
+def _upsert(
+    dialect: str,
+    table: Any,
+    keys: tuple[str, ...],
+    counter: str,
+    replace: tuple[str, ...],
+    bits: tuple[str, ...],
+) -> Any:
+    """The upsert statement of ``increment``, built once per shape: statements are immutable,
+    and building one is not cheap (each ``excluded`` makes an alias of the whole table)."""
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(table)
+    excluded = stmt.excluded
+    set_ = {counter: table.c[counter] + excluded[counter]}
+    for name in replace:
+        set_[name] = excluded[name]
+    for name in bits:
+        set_[name] = table.c[name].op("|")(excluded[name])
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
+
+
 async def increment(
     session: AsyncSession,
     table: Any,
@@ -44,17 +67,9 @@ async def increment(
     and OR the integer ``bits`` columns into the stored ones."""
     if not rows:
         return
-    module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
     # Core table rather than ORM class: an executemany upsert, not an ORM bulk operation.
     table = getattr(table, "__table__", table)
-    stmt = module.insert(table)
-    column = table.c[counter]
-    set_ = {counter: column + stmt.excluded[counter]}
-    for name in replace:
-        set_[name] = stmt.excluded[name]
-    for name in bits:
-        set_[name] = table.c[name].op("|")(stmt.excluded[name])
-    stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
+    stmt = _upsert(dialect_name(session), table, tuple(keys), counter, tuple(replace), tuple(bits))
     # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
     ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))
     await session.execute(stmt, ordered)
