@@ -117,6 +117,22 @@ async def bisect(
     return left
 
 
+async def write_alone(write: Callable[[bool], Awaitable[None]]) -> bool | None:
+    """Before an item is settled as poison: ``write(count)`` it alone once more as it is
+    (``count=True``: what failed may have been a moment's conflict with another process), then
+    without its counts (``count=False``: only the count may have broken). Returns which of the
+    two wrote it, or None when neither did; a transient failure raises (retry later)."""
+    for count in (True, False):
+        try:
+            await write(count)
+        except Exception as again:
+            if is_transient(again):
+                raise
+            continue
+        return count
+    return None
+
+
 def each(
     items: Sequence[T],
     work: Callable[[T], R],

@@ -4,6 +4,9 @@ handed back, and how many transactions a poison item costs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from flowyard import isolate
 from flowyard.errors import StorageUnavailable
@@ -109,3 +112,25 @@ def test_postgres_deadlocks_and_serialization_failures_are_transient() -> None:
     assert not isolate.is_transient(error("P0001")), "a raised exception is the row's"
     assert not isolate.is_transient(error("22P02")), "invalid text representation is the row's"
     assert not isolate.is_transient(TypeError("Recursion limit reached"))
+
+
+async def test_write_alone_tries_as_it_is_then_uncounted_and_lets_transient_failures_through() -> None:
+    tried: list[bool] = []
+
+    def writer(fails: set[bool], exc: Exception | None = None) -> Any:
+        async def write(count: bool) -> None:
+            tried.append(count)
+            if count in fails:
+                raise exc or ValueError("bad")
+
+        return write
+
+    assert await isolate.write_alone(writer(set())) is True and tried == [True]
+    tried.clear()
+    assert await isolate.write_alone(writer({True})) is False and tried == [True, False]
+    tried.clear()
+    assert await isolate.write_alone(writer({True, False})) is None and tried == [True, False]
+    tried.clear()
+    with pytest.raises(StorageUnavailable):
+        await isolate.write_alone(writer({True}, StorageUnavailable()))
+    assert tried == [True], "a transient failure is not retried uncounted"

@@ -242,16 +242,11 @@ class WebhookBatcher:
             # Once more as it is (a race with another process settles now: a concurrent
             # idempotency key is found), then, in case only its count broke
             # (queue/counters.py), uncounted.
-            for count in (True, False):
-                try:
-                    await store([req], count=count)
-                except Exception as again:
-                    if isolate.is_transient(again):
-                        raise
-                    continue
-                if not count:
-                    log.error("flow %s: a request was stored without counting it: %s", req.flow_id, why)
-                    metrics.poison("count")
+            counted = await isolate.write_alone(lambda count: store([req], count=count))
+            if counted is False:
+                log.error("flow %s: a request was stored without counting it: %s", req.flow_id, why)
+                metrics.poison("count")
+            if counted is not None:
                 return
             log.error("flow %s: a request could not be stored and is refused: %s", req.flow_id, why)
             metrics.poison("webhook")

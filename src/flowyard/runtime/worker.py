@@ -341,16 +341,11 @@ class Worker:
         why = isolate.reason(exc)
         # Once more as it is (what failed may have been a moment's conflict), then, in case only
         # its count broke (queue/counters.py), uncounted.
-        for count in (True, False):
-            try:
-                await self._record([outcome], settled, count=count)
-            except Exception as again:
-                if isolate.is_transient(again):
-                    raise
-                continue
-            if not count:
-                log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
-                metrics.poison("count")
+        counted = await isolate.write_alone(lambda count: self._record([outcome], settled, count=count))
+        if counted is False:
+            log.error("execution %s: recorded without counting its steps: %s", outcome.execution_id, why)
+            metrics.poison("count")
+        if counted is not None:
             return
         error = f"its outcome could not be stored: {why}"
         log.error("execution %s failed: %s", outcome.execution_id, error)
