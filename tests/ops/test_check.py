@@ -242,6 +242,15 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
     assert "its input could not be read (not JSON" in (rows[stuck].error or "")
     assert rows[good].status == "queued" and rows[good].input == {"fine": [1]}
     assert rows[done].status == "succeeded"
+    # Each failed one has its error log entry, as every execution the queue fails has.
+    async with db.read() as session:
+        errors = (
+            await session.execute(
+                sa.select(LogEntry.execution_id, LogEntry.message).where(LogEntry.level == "error")
+            )
+        ).all()
+    assert sorted(eid for eid, _ in errors) == sorted([stuck, running])
+    assert all(m == f"execution {eid} failed: {rows[eid].error}" for eid, m in errors), errors
     assert (await check(settings)).ok
     if db.is_sqlite:  # a quarantined steps document is served as no steps (its text stays stored)
         assert rows[good].steps == "[" * 200 + "]" * 200

@@ -502,16 +502,24 @@ async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str
     if not ids:
         return []
     unfinished = Execution.status.in_(UNFINISHED)
-    found = list(
-        (await session.scalars(sa.select(Execution.id).where(Execution.id.in_(list(ids)), unfinished))).all()
-    )
+    rows = (
+        await session.execute(
+            sa.select(Execution.id, Execution.flow_id, Execution.tenant, Execution.owner_user).where(
+                Execution.id.in_(list(ids)), unfinished
+            )
+        )
+    ).all()
+    found = [row.id for row in rows]
     if found:
+        now = utcnow()
         await session.execute(
             execution_status.update(UNFINISHED, ExecutionStatus.FAILED)
             .where(Execution.id.in_(found))
-            .values(error=reason, finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
+            .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
+        # The same error entry as every execution the queue fails.
+        await append_logs(session, _failure_entries(((row, reason) for row in rows), now))
     return found
 
 
