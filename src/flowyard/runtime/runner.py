@@ -206,7 +206,12 @@ def _check_sizes(
         too_big = TooBig(n, result_cap, "FLOWYARD_MAX_RESULT_BYTES")
         raise StepFailed(node_id, f"the body of its reply {too_big}")
     for msg in out:
-        if (n := size_over(msg, output_cap)) is not None:
+        # Each message is written once here; its data is part of it, so only a message over the
+        # result cap can carry data over it (then the data alone is measured).
+        n = size_over(msg, min(output_cap, result_cap) if sink else output_cap)
+        if n is None:
+            continue
+        if n > output_cap:
             raise StepFailed(node_id, f"its output {TooBig(n, output_cap, 'FLOWYARD_MAX_OUTPUT_BYTES')}")
         if sink and (n := size_over(msg["data"], result_cap)) is not None:
             too_big = TooBig(n, result_cap, "FLOWYARD_MAX_RESULT_BYTES")
