@@ -86,6 +86,19 @@ class Conflict(FlowyardError):
 
     status = 409
 
+    def __init__(
+        self, message: str | None = None, *, field: str | None = None, problems: list[Problem] | None = None
+    ) -> None:
+        super().__init__(
+            message or ("; ".join(p.message for p in problems) if problems else None), field=field
+        )
+        self._problems = problems
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Every reason, when there are several (a flow that cannot start names each)."""
+        return self._problems or [Problem(self.message, self.field)]
+
 
 class PayloadTooLarge(FlowyardError):
     """Request body too large."""

@@ -75,6 +75,7 @@ async def test_create_read_update_delete(client: httpx.AsyncClient, admin: Accou
         "owners",
         "status",
         "tags",
+        "shared",
         "createdAt",
         "updatedAt",
     }
@@ -120,7 +121,7 @@ async def test_create_read_update_delete(client: httpx.AsyncClient, admin: Accou
 async def test_long_running_is_stored_as_realtime(client: httpx.AsyncClient, admin: Account) -> None:
     t = await create(client, admin, type="long_running")
     assert t["type"] == "realtime"
-    assert t["status"] == "draft" and t["tags"] == [] and t["owners"] == []
+    assert t["status"] == "draft" and t["tags"] == [] and t["shared"] is False
 
 
 async def test_create_reports_every_problem(client: httpx.AsyncClient, admin: Account) -> None:
@@ -212,7 +213,9 @@ class World:
     carol: Account  # tenant B
     loner: Account  # no tenant
     reader_without_perm: Account  # tenant A, no flowTemplates.read
-    glob: str
+    glob: str  # no owners, shared: every holder of flowTemplates.read
+    hidden: str  # no owners, not shared: administrators only
+    mine: str  # created without owners: the creating administrator's
     tenant_a: str
     alice_own: str
     bob_own: str
@@ -230,8 +233,11 @@ async def world(client: httpx.AsyncClient, admin: Account, factory: Factory) -> 
     loner = await factory.user()
     nope = await factory.user(tenant=a, permissions=["tenant.flows.read", "tenant.flows.create"])
 
-    async def make(name: str, owners: list[dict[str, str]]) -> str:
-        return (await create(client, admin, name, owners=owners))["id"]
+    async def make(name: str, owners: list[dict[str, str]], **extra: Any) -> str:
+        return (await create(client, admin, name, owners=owners, **extra))["id"]
+
+    mine = await create(client, admin, "mine")
+    assert mine["owners"] == [{"id": admin.id, "type": "user"}] and mine["shared"] is False
 
     return World(
         alice=alice,
@@ -239,7 +245,9 @@ async def world(client: httpx.AsyncClient, admin: Account, factory: Factory) -> 
         carol=carol,
         loner=loner,
         reader_without_perm=nope,
-        glob=await make("global", []),
+        glob=await make("global", [], shared=True),
+        hidden=await make("hidden", []),
+        mine=mine["id"],
         tenant_a=await make("tenant a", [{"id": a, "type": "tenant"}]),
         alice_own=await make("alice", [{"id": alice.id, "type": "user"}]),
         bob_own=await make("bob", [{"id": bob.id, "type": "user"}, {"id": a, "type": "tenant"}]),
@@ -248,15 +256,32 @@ async def world(client: httpx.AsyncClient, admin: Account, factory: Factory) -> 
     )
 
 
+async def narrowed(client: httpx.AsyncClient, who: Account, permissions: list[str]) -> Account:
+    r = await client.post(
+        "/tokens", json={"description": "narrowed", "permissions": permissions}, headers=who.headers
+    )
+    assert r.status_code == 201, r.text
+    return Account(who.id, who.username, r.json()["data"]["token"], who.tenant, who.password)
+
+
 async def test_visibility(client: httpx.AsyncClient, admin: Account, world: World) -> None:
+    """SPEC §4: owners (the user or its tenant) or ``shared``; ownerless and unshared is for
+    ``all`` only. Another tenant's member, a tenantless user and a narrowed token each see
+    exactly their set, in lists and by id."""
     w = world
-    everything = sorted([w.glob, w.tenant_a, w.alice_own, w.bob_own, w.tenant_b, w.carol_own])
+    everything = sorted(
+        [w.glob, w.hidden, w.mine, w.tenant_a, w.alice_own, w.bob_own, w.tenant_b, w.carol_own]
+    )
+    admin_reader = await narrowed(client, admin, ["flowTemplates.read"])  # no longer `all`
+    alice_reader = await narrowed(client, w.alice, ["flowTemplates.read"])
     expected = {
         "admin": (admin, everything),
         "alice": (w.alice, sorted([w.glob, w.tenant_a, w.alice_own, w.bob_own])),
+        "alice narrowed": (alice_reader, sorted([w.glob, w.tenant_a, w.alice_own, w.bob_own])),
         "bob": (w.bob, sorted([w.glob, w.tenant_a, w.bob_own])),
         "carol": (w.carol, sorted([w.glob, w.tenant_b, w.carol_own])),
         "loner": (w.loner, [w.glob]),
+        "admin narrowed": (admin_reader, sorted([w.glob, w.mine])),
     }
     for name, (who, ids) in expected.items():
         got, meta = await ids_of(client, who)
@@ -267,6 +292,35 @@ async def test_visibility(client: httpx.AsyncClient, admin: Account, world: Worl
             assert r.status_code == (200 if tid in ids else 404), (name, tid)
             if r.status_code == 404:
                 assert "not found" in r.json()["errors"][0]["message"]
+    # A token narrowed to another permission reads no template at all.
+    flows_only = await narrowed(client, w.alice, ["tenant.flows.read"])
+    assert (await client.get("/templates", headers=flows_only.headers)).status_code == 403
+    assert (await client.get(f"/templates/{w.glob}", headers=flows_only.headers)).status_code == 403
+
+
+async def test_sharing_is_switched_by_patch(client: httpx.AsyncClient, admin: Account, world: World) -> None:
+    w = world
+    assert (await client.get(f"/templates/{w.hidden}", headers=w.carol.headers)).status_code == 404
+    r = await client.patch(f"/templates/{w.hidden}", json={"shared": True}, headers=admin.headers)
+    assert r.status_code == 200 and r.json()["data"]["shared"] is True
+    for who in (w.alice, w.carol, w.loner):
+        assert (await client.get(f"/templates/{w.hidden}", headers=who.headers)).status_code == 200
+    r = await client.patch(f"/templates/{w.hidden}", json={"shared": False}, headers=admin.headers)
+    assert r.status_code == 200 and r.json()["data"]["shared"] is False
+    assert (await client.get(f"/templates/{w.hidden}", headers=w.loner.headers)).status_code == 404
+    r = await client.patch(f"/templates/{w.hidden}", json={"shared": "yes"}, headers=admin.headers)
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "shared"
+
+
+async def test_flows_only_from_visible_templates(
+    client: httpx.AsyncClient, admin: Account, world: World
+) -> None:
+    w = world
+    for tid in (w.hidden, w.mine, w.tenant_b):
+        r = await client.post(f"/templates/{tid}/flows", json={}, headers=w.alice.headers)
+        assert r.status_code == 404, tid
+    r = await client.post(f"/templates/{w.glob}/flows", json={}, headers=w.loner.headers)
+    assert r.status_code == 201, r.text
 
 
 async def test_read_needs_permission(client: httpx.AsyncClient, world: World) -> None:
@@ -427,7 +481,10 @@ async def test_combined_filters(client: httpx.AsyncClient, admin: Account, catal
     )
     assert got == [c.ids["under_score"]]
     assert meta == {"page": 2, "perPage": 1, "total": 2, "totalPages": 2}
+    # Created without owners, the catalogue is its creator's (SPEC §4).
     got, meta = await ids_of(client, admin, f"?filter[user]={admin.id}&filter[status]=1")
+    assert (got, meta["total"]) == (by_id(c, "Order sync", "100% done", "Zeta"), 3)
+    got, meta = await ids_of(client, admin, f"?filter[user]={MISSING}&filter[status]=1")
     assert (got, meta["total"]) == ([], 0)
 
 

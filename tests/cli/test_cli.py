@@ -95,14 +95,16 @@ async def test_bootstrap_with_the_cli(tmp_path: Path) -> None:
     assert set(token) == {"id", "token", "expiresAt"}
 
     templates: list[dict[str, Any]] = [
-        {**flow_body("Global template"), "status": "published", "tags": ["erp"]},
+        {**flow_body("Global template"), "status": "published", "tags": ["erp"], "shared": True},
         {**flow_body("Acme template"), "owners": [{"id": tenant_id, "type": "tenant"}]},
+        # No owners and not shared (SPEC §4): administrators only.
+        {**flow_body("Admins only")},
         {**flow_body("Someone else's"), "owners": [{"id": "another-tenant", "type": "tenant"}]},
     ]
     file = tmp_path / "templates.json"
     file.write_text(json.dumps(templates), encoding="utf-8")
     ids = run("templates", "import", str(file), env=env).stdout.split()
-    assert len(ids) == 3
+    assert len(ids) == 4
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([flow_body("fine"), {"name": "no graph"}]), encoding="utf-8")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from flowyard.config import Settings
-from tests.conftest import Account, Factory, flow_body, wait_until
+from tests.conftest import Account, Factory, flow_body
 from tests.engine.test_engine_e2e import active_flow
 
 
@@ -119,20 +119,25 @@ async def test_flow_with_unreadable_credentials_does_not_start(
     )
     foreign = (
         await c.post("/secrets", json={"name": "b", "value": {"token": "x"}}, headers=bob.headers)
-    ).json()
-    fid = (
-        await c.post("/flows", json=http_flow(upstream, foreign["data"]["id"]), headers=alice.headers)
-    ).json()
-    fid = fid["data"]["id"]
-    await c.post(f"/flows/{fid}/start", headers=alice.headers)
-
-    async def settled() -> dict[str, Any] | None:
-        flow = (await c.get(f"/flows/{fid}", headers=alice.headers)).json()["data"]
-        return flow if flow["status"] == "inactive" else None
-
-    flow = await wait_until(settled)
-    assert f"credentials {foreign['data']['id']}: not found" in flow["statusMessage"]
-    assert (await c.delete(f"/secrets/{foreign['data']['id']}", headers=alice.headers)).status_code == 404
+    ).json()["data"]["id"]
+    # Another tenant's secret is refused when the flow is saved (issue 22), as an unknown one is.
+    r = await c.post("/flows", json=http_flow(upstream, foreign), headers=alice.headers)
+    assert r.status_code == 400, r.text
+    assert f"credentials {foreign}: not found, or not usable" in r.json()["errors"][0]["message"]
+    # A flow whose own secret is gone by the time it starts says why in the start answer.
+    own = (
+        await c.post("/secrets", json={"name": "a", "value": {"token": "y"}}, headers=alice.headers)
+    ).json()["data"]["id"]
+    r = await c.post("/flows", json=http_flow(upstream, own), headers=alice.headers)
+    assert r.status_code == 201, r.text
+    fid = r.json()["data"]["id"]
+    assert (await c.delete(f"/secrets/{own}", headers=alice.headers)).status_code == 200
+    r = await c.post(f"/flows/{fid}/start", headers=alice.headers)
+    assert r.status_code == 409, r.text
+    assert f"credentials {own}: not found, or not usable" in r.json()["errors"][0]["message"]
+    flow = (await c.get(f"/flows/{fid}", headers=alice.headers)).json()["data"]
+    assert flow["status"] == "inactive"
+    assert (await c.delete(f"/secrets/{foreign}", headers=alice.headers)).status_code == 404
     assert (await c.get("/secrets", headers=alice.headers)).status_code == 403
 
 

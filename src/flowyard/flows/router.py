@@ -58,7 +58,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
                 if isinstance(entry, dict):
                     continue
                 try:
-                    await service.check_user_owners(session, caller, entry.owners)
+                    await service.check_new_flow(session, caller, entry)
                 except FlowyardError as exc:
                     good.remove(entry)
                     results[i] = error_body(exc.status, exc.problems)
@@ -66,7 +66,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
         return single([service.to_dict(r) if not isinstance(r, dict) else r for r in results], 201)
     flow = service.prepare_new_flow(caller, body, registry, seal)
     async with db.write() as session:
-        await service.check_user_owners(session, caller, flow.owners)
+        await service.check_new_flow(session, caller, flow)
         await service.insert_flows(session, [flow])
     return single(service.to_dict(flow), 201)
 
@@ -153,7 +153,9 @@ async def delete_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     return JSONOut({})
 
 
-def _moving(path: str, name: str, expected: FlowStatus, target: FlowStatus, summary: str) -> None:
+def _moving(
+    path: str, name: str, expected: FlowStatus, target: FlowStatus, summary: str, description: str = ""
+) -> None:
     """``POST path``: the caller's move of a flow from ``expected`` to ``target``
     (``flows.status``); the engine's lifecycle is nudged to complete it."""
 
@@ -161,7 +163,9 @@ def _moving(path: str, name: str, expected: FlowStatus, target: FlowStatus, summ
         service.check_id(id)
         caller.require(perms.FLOWS_UPDATE)
         async with db.write() as session:
-            await service.transition(session, caller, id, expected=expected, target=target)
+            await service.transition(
+                session, caller, id, expected=expected, target=target, registry=request.app.state.registry
+            )
         _nudge(request)
         return single({"id": id, "status": target})
 
@@ -171,6 +175,7 @@ def _moving(path: str, name: str, expected: FlowStatus, target: FlowStatus, summ
         response_model=Single[FlowStatusChange],
         responses=errors(400, 401, 403, 404, 409),
         summary=summary,
+        description=description,
     )(endpoint)
 
 
@@ -180,6 +185,8 @@ _moving(
     FlowStatus.INACTIVE,
     FlowStatus.STARTING,
     "Start an inactive flow (inactive → starting → active)",
+    "409 when the flow is not inactive, or when it cannot start: each reason (a component no longer "
+    "installed, credentials its owners can no longer use) is one entry of `errors`, with its `field`.",
 )
 _moving(
     "/flows/{id}/stop",

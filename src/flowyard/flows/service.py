@@ -29,7 +29,9 @@ from flowyard.iam import permissions as perms
 from flowyard.iam import policy
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
+from flowyard.iam.visibility import owner_user_of
 from flowyard.ids import new_id
+from flowyard.secrets import service as secrets
 
 FLOW_FILTERS = frozenset({"status", "type", "user"})
 FLOW_SORTS = frozenset({"createdAt", "updatedAt", "name"})
@@ -334,6 +336,60 @@ async def check_user_owners(
         raise Forbidden(f"You can only add yourself or users of your tenant as owners: {', '.join(outside)}.")
 
 
+# -- credentials: a flow names only secrets its owners may use (secrets.usable_clause) ----------
+
+
+def _credential_nodes(graph: dict[str, Any]) -> list[tuple[int, str, str]]:
+    """(index, node id, credentials id) of every node of a validated (flat) graph naming a secret."""
+    return [
+        (i, str(node.get("id")), node["credentials_id"])
+        for i, node in enumerate(graph.get("nodes") or [])
+        if isinstance(node, dict) and isinstance(node.get("credentials_id"), str)
+    ]
+
+
+async def credential_problems(
+    session: AsyncSession, graph: dict[str, Any], *, tenant: str | None, owners: Sequence[dict[str, str]]
+) -> list[Problem]:
+    """One problem per node whose ``credentials_id`` is unknown or not usable by a flow of
+    this tenant and these owners (an unknown secret and another tenant's read the same)."""
+    nodes = _credential_nodes(graph)
+    if not nodes:
+        return []
+    bad = await secrets.unusable(
+        session, [cid for _i, _n, cid in nodes], tenant=tenant, owner_user=owner_user_of(owners)
+    )
+    return [
+        Problem(
+            f"graph.nodes[{i}].credentials_id: node {node_id!r}: credentials {cid}: {bad[cid]}",
+            f"graph.nodes[{i}].credentials_id",
+        )
+        for i, node_id, cid in nodes
+        if cid in bad
+    ]
+
+
+async def check_new_flow(session: AsyncSession, principal: Principal, flow: Flow) -> None:
+    """What a new flow needs the database for: its user owners may be named by the caller and
+    its nodes' credentials are usable by its owners (create, array create, from a template)."""
+    await check_user_owners(session, principal, flow.owners)
+    problems = await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
+    if problems:
+        raise InvalidInput(problems)
+
+
+async def start_problems(session: AsyncSession, flow: Flow, registry: Registry) -> list[Problem]:
+    """Why a saved flow cannot start now, checked again at ``POST /start`` because the answer
+    can change after the save: its components must still be installed (validated against
+    today's registry) and its secrets still usable by its owners (one may have been deleted)."""
+    body = {name: getattr(flow, name) for name in _MUTABLE}
+    _clean, problems = validate_flow_body(
+        {k: v for k, v in body.items() if v is not None or k in ("name", "graph", "type")}, registry=registry
+    )
+    problems += await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
+    return problems
+
+
 Sealer = Callable[[str], str]
 """Encrypts a webhook secret for storage (the service's ``SecretBox.seal``, as credentials are
 stored); the webhook door opens it (``webhooks.service.WebhookLimits.webhook_secret``)."""
@@ -440,6 +496,7 @@ async def update_flow(
     _check_tenant_owners(principal, clean["owners"], kept=flow.owners)
     await check_user_owners(session, principal, clean["owners"], kept=flow.owners)
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
+    await _check_credentials_kept(session, flow, clean)
     values: dict[str, Any] = {
         "name": clean["name"],
         "name_lc": clean["name"].lower(),
@@ -468,6 +525,32 @@ async def update_flow(
     return flow
 
 
+async def _check_credentials_kept(session: AsyncSession, flow: Flow, clean: dict[str, Any]) -> None:
+    """A PATCH leaves every node's credentials usable by the flow's owners. When the graph's
+    secrets were usable before and only the new owners (or tenant) make them unusable, the
+    answer says so: the owners change is what is refused."""
+    problems = await credential_problems(
+        session, clean["graph"], tenant=clean["tenant"], owners=clean["owners"]
+    )
+    if not problems:
+        return
+    moved = clean["owners"] != flow.owners or clean["tenant"] != flow.tenant
+    if moved and not await credential_problems(
+        session, clean["graph"], tenant=flow.tenant, owners=flow.owners
+    ):
+        raise InvalidInput(
+            [
+                Problem(
+                    "owners: this change would leave the flow's credentials unusable (a secret is "
+                    "usable by the flow's tenant, or without a tenant by its first user owner): " + p.message,
+                    "owners",
+                )
+                for p in problems
+            ]
+        )
+    raise InvalidInput(problems)
+
+
 async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str) -> None:
     principal.require(perms.FLOWS_DELETE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
@@ -482,13 +565,24 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
 
 
 async def transition(
-    session: AsyncSession, principal: Principal, flow_id: str, *, expected: FlowStatus, target: FlowStatus
+    session: AsyncSession,
+    principal: Principal,
+    flow_id: str,
+    *,
+    expected: FlowStatus,
+    target: FlowStatus,
+    registry: Registry | None = None,
 ) -> None:
     """start (inactive→starting) and stop (active→stopping), as one conditional UPDATE
-    (``flows.status.move``)."""
+    (``flows.status.move``). A start is refused (``409``, every reason listed) when
+    ``start_problems`` finds any; the flow stays as it was."""
     principal.require(perms.FLOWS_UPDATE)
     check_id(flow_id)
     flow = await get_flow(session, principal, flow_id)
+    if target == FlowStatus.STARTING and registry is not None and flow.status == expected:
+        problems = await start_problems(session, flow, registry)
+        if problems:
+            raise Conflict(problems=[Problem(f"Flow cannot start: {p.message}", p.field) for p in problems])
     if not await move_status(session, flow.id, expected, target, at=utcnow(), message=None):
         current = await session.scalar(sa.select(Flow.status).where(Flow.id == flow.id))
         if current is None:

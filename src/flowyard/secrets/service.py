@@ -86,21 +86,49 @@ async def delete(session: AsyncSession, principal: Principal, secret_id: str) ->
     await session.delete(secret)
 
 
+UNUSABLE = "not found, or not usable by this flow's owners"
+"""The one answer for a secret a flow may not use: an unknown id and another tenant's secret
+read the same, so a flow author cannot probe which secrets exist."""
+
+
+def usable_clause(tenant: str | None, owner_user: str | None) -> sa.ColumnElement[bool]:
+    """The one rule for "a secret these owners may use": a flow with a tenant uses its
+    tenant's secrets; a flow without one uses the tenantless secrets of its user owner (the
+    first ``user`` entry of its owners, ``iam.visibility.owner_user_of``). Saving a flow
+    (flows and templates services), starting it and running it all ask this."""
+    if tenant:
+        return Secret.tenant == tenant
+    if owner_user is None:
+        return sa.false()
+    return sa.and_(Secret.tenant.is_(None), Secret.owner_user == owner_user)
+
+
+async def unusable(
+    session: AsyncSession, ids: Iterable[str], *, tenant: str | None, owner_user: str | None
+) -> dict[str, str]:
+    """Of ``ids``, those a flow of ``tenant`` / ``owner_user`` may not use, each with the
+    reason (``UNUSABLE``); nothing is decrypted."""
+    wanted = sorted(set(ids))
+    valid = [i for i in wanted if is_valid_id(i)]
+    found: set[str] = set()
+    if valid:
+        query = sa.select(Secret.id).where(Secret.id.in_(valid), usable_clause(tenant, owner_user))
+        found = set((await session.scalars(query)).all())
+    return {i: UNUSABLE for i in wanted if i not in found}
+
+
 async def resolve(
     session: AsyncSession, box: SecretBox, ids: Iterable[str], *, tenant: str | None, owner_user: str | None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Decrypt the secrets a flow's nodes name. A flow may use its own tenant's
-    secrets (or, without a tenant, its owner's); anything else counts as missing."""
+    secrets (or, without a tenant, its owner's), ``usable_clause``; anything else counts
+    as missing."""
     wanted = sorted({i for i in ids if is_valid_id(i)})
     found: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {i: "not found" for i in ids}
     if not wanted:
         return found, problems
-    scope = (
-        Secret.tenant == tenant
-        if tenant
-        else sa.and_(Secret.tenant.is_(None), Secret.owner_user == owner_user)
-    )
+    scope = usable_clause(tenant, owner_user)
     for secret in (await session.scalars(sa.select(Secret).where(Secret.id.in_(wanted), scope))).all():
         try:
             found[secret.id] = box.open(secret.value)

@@ -31,6 +31,9 @@ class Template(Timestamped, Base):
     owners: Mapped[list[dict[str, str]]] = mapped_column(Json, nullable=False, default=list)
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False, default="draft")
     tags: Mapped[list[str]] = mapped_column(Json, nullable=False, default=list)
+    # A catalog template every holder of flowTemplates.read sees (SPEC §4); otherwise only its
+    # owners (and administrators) do.
+    shared: Mapped[bool] = mapped_column(sa.Boolean, nullable=False, default=False, server_default=sa.false())
     created_by: Mapped[str | None] = mapped_column(Id)
 
     __table_args__ = (

@@ -31,10 +31,15 @@ class MutableFlowTemplate(BaseModel):
         None, description="UTC cron expression copied into flows made from the template."
     )
     owners: list[Owner] | None = Field(
-        None, description="Who may see the template; none: every caller with flowTemplates.read (global)."
+        None,
+        description="Who may see the template. Omitted on create: the creator. `[]`: nobody but "
+        "administrators, unless `shared`.",
     )
     status: TemplateStatus = "draft"
     tags: list[str] = Field(default_factory=list, max_length=100)
+    shared: bool = Field(
+        False, description="A catalog template: every caller with flowTemplates.read sees it, owners or not."
+    )
 
 
 class FlowTemplate(BaseModel):
@@ -47,6 +52,7 @@ class FlowTemplate(BaseModel):
     owners: list[Owner]
     status: TemplateStatus
     tags: list[str]
+    shared: bool
     createdAt: Timestamp
     updatedAt: Timestamp
 

@@ -1,9 +1,11 @@
 """Flow templates: list, read, admin writes, CLI import, and flows made from
 templates. No HTTP here.
 
-Visibility follows SPEC §4: a template is visible when its owners include the
-caller or the caller's tenant, or when it has no owners at all (a global
-template); administrators see everything.
+Visibility follows SPEC §4, decided here only (``visible_clause`` for lists,
+``is_visible`` for one template, the same rule): a template is visible when its
+owners include the caller or the caller's tenant, or when it is ``shared`` (a
+catalog template); administrators (``all``) see everything. A template with no
+owners that is not shared is seen by administrators only.
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
             for t, i in principal.owner_keys()
         )
     )
-    unowned = ~sa.exists().where(TemplateOwner.template_id == Template.id)
-    return sa.or_(Template.id.in_(sa.select(TemplateOwner.template_id).where(mine)), unowned)
+    return sa.or_(
+        Template.shared.is_(True), Template.id.in_(sa.select(TemplateOwner.template_id).where(mine))
+    )
 
 
 def is_visible(principal: Principal, template: Template) -> bool:
-    return principal.is_admin or not template.owners or principal.owns(template.owners)
+    return principal.is_admin or template.shared or principal.owns(template.owners)
 
 
 def to_dict(template: Template) -> dict[str, Any]:
@@ -74,6 +77,7 @@ def to_dict(template: Template) -> dict[str, Any]:
         "owners": template.owners,
         "status": template.status,
         "tags": template.tags,
+        "shared": template.shared,
         "createdAt": isoformat(template.created_at),
         "updatedAt": isoformat(template.updated_at),
     }
@@ -205,6 +209,7 @@ def _apply(template: Template, clean: dict[str, Any]) -> None:
     template.owners = clean["owners"]
     template.status = clean["status"]
     template.tags = clean["tags"]
+    template.shared = clean["shared"]
 
 
 def _new(clean: dict[str, Any], created_by: str | None, template_id: str | None = None) -> Template:
@@ -239,6 +244,9 @@ async def create_template(
     clean, problems = _validate(body, registry)
     if problems:
         raise InvalidInput(problems)
+    if isinstance(body, dict) and body.get("owners") is None:
+        # SPEC §4: without owners the creator owns it (OIH does the same); `[]` means none.
+        clean["owners"] = [{"id": principal.user_id, "type": "user"}]
     template = _new(clean, principal.user_id)
     session.add(template)
     await session.flush()
@@ -247,7 +255,7 @@ async def create_template(
 
 
 # The fields a PATCH body may give (each the same-named attribute of the template).
-_MUTABLE = ("name", "description", "graph", "type", "cron", "owners", "status", "tags")
+_MUTABLE = ("name", "description", "graph", "type", "cron", "owners", "status", "tags", "shared")
 
 
 def _current(template: Template) -> dict[str, Any]:
@@ -394,5 +402,6 @@ async def create_flow_from_template(
     template = await get_template(session, principal, template_id)
     flow = flows.prepare_new_flow(principal, _flow_body(template, overrides), registry)
     flow.from_template = template.id
+    await flows.check_new_flow(session, principal, flow)
     await flows.insert_flows(session, [flow])
     return flow
