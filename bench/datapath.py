@@ -85,7 +85,7 @@ async def run(args: argparse.Namespace) -> None:
             accepted = await accept_batch(s, batch)
         t1 = time.process_time()
         async with db.write(durable=False) as s:
-            claimed = await queue.claim(s, worker_id=worker, limit=args.batch, lease_seconds=30)
+            claimed = await queue.claim(s, worker_id=worker, limit=args.batch, lease_seconds=30, cap=0)
         t2 = time.process_time()
         async with db.write(durable=False) as s:
             await queue.complete(s, [outcome(c) for c in claimed], worker_id=worker)

@@ -155,6 +155,15 @@ class Settings(BaseSettings):
 
     # -- engine --------------------------------------------------------------
     worker_concurrency: int = Field(64, ge=1, description="Executions one worker runs at once.")
+    max_running_per_tenant: int | None = Field(
+        None,
+        ge=0,
+        description="Executions of one tenant (of one owner, for tenantless flows) running at once, "
+        "counted in the database across every engine process; a claim passes over a tenant at its "
+        "cap, so one tenant never holds every slot. Default: half of one engine's slots "
+        "(min(FLOWYARD_WORKER_CONCURRENCY, FLOWYARD_RUNNERS x FLOWYARD_RUNNER_CONCURRENCY) / 2), "
+        "at least 1. 0: no cap.",
+    )
     lease_seconds: float = Field(
         30.0,
         gt=0,
@@ -241,6 +250,18 @@ class Settings(BaseSettings):
         ge=64,
         description="Resident memory of one runner process (MiB); past it the runner is killed "
         "and the execution running at that moment fails.",
+    )
+    code_cpu_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="CPU time one run of a code step may use (seconds); past it the step fails "
+        "alone. Keep it below FLOWYARD_EXECUTION_CPU_SECONDS, which kills the whole runner.",
+    )
+    code_memory_mb: int = Field(
+        64,
+        ge=1,
+        description="Memory one run of a code step may allocate in its JavaScript runtime (MiB); "
+        "past it the step fails alone. Keep it well below FLOWYARD_RUNNER_MEMORY_MB.",
     )
     runner_nice: int = Field(
         5, ge=0, le=19, description="Scheduling niceness of runner processes, so the API stays responsive."
@@ -330,6 +351,13 @@ class Settings(BaseSettings):
 
     def runner_count(self) -> int:
         return self.runners or os.cpu_count() or 1
+
+    def tenant_running_cap(self) -> int:
+        """FLOWYARD_MAX_RUNNING_PER_TENANT, or its default; 0: no cap."""
+        if self.max_running_per_tenant is not None:
+            return self.max_running_per_tenant
+        slots = min(self.worker_concurrency, self.runner_count() * self.runner_concurrency)
+        return max(1, slots // 2)
 
     def configured_secret_key(self) -> str | None:
         """FLOWYARD_SECRET_KEY when set and not empty; else the key file is used (secrets/crypto.py)."""

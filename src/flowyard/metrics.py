@@ -83,6 +83,11 @@ class _Instruments:
         self.lease_expiries = c(
             "lease_expiries", "Executions re-queued because their worker died (heartbeat or lease)."
         )
+        self.held_back = c(
+            "claims_held_back",
+            "Queue groups (tenants, or owners of tenantless flows) whose queued executions a claim "
+            "passed over because they ran FLOWYARD_MAX_RUNNING_PER_TENANT already.",
+        )
         self.reruns = c("execution_reruns", "Executions re-run on another runner after theirs died.")
         self.cron_ticks = c("cron_ticks", "Cron ticks fired or skipped (overlap).", ("outcome",))
         self.lifecycle_moves = c("lifecycle_moves", "Flows moved out of starting/stopping.", ("to",))
@@ -171,6 +176,11 @@ def execution_finished(trigger: str | None, status: str, seconds: float | None) 
 def lease_expiries(n: int) -> None:
     if n:
         _m().lease_expiries.inc(n)
+
+
+def claims_held_back(groups: int) -> None:
+    if groups:
+        _m().held_back.inc(groups)
 
 
 def execution_rerun() -> None:
@@ -292,9 +302,9 @@ def exposition(queue: tuple[dict[str, int], float] | None = None) -> bytes:
         class _Queue:
             def collect(self) -> Any:
                 g = GaugeMetricFamily(
-                    "flowyard_queue_executions", "Executions queued or running now.", labels=["state"]
+                    "flowyard_queue_executions", "Executions not finished, by status.", labels=["state"]
                 )
-                for state in ("queued", "running"):
+                for state in ("queued", "running", "waiting"):
                     g.add_metric([state], depth.get(state, 0))
                 yield g
                 yield GaugeMetricFamily(

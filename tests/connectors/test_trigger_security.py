@@ -105,9 +105,14 @@ async def test_another_tenants_credential_cannot_feed_a_trigger(
     )
     assert r.status_code == 201, r.text
     secret = r.json()["data"]["id"]
-    flow = await _start_and_wait_inactive(c, thief.headers, flow_body(graph=_trigger_graph(secret)))
-    assert f"credentials {secret}: not found" in flow["statusMessage"]
-    assert "127.0.0.1" not in flow["statusMessage"] and "guest" not in flow["statusMessage"]
+    # Refused when saved (issue 22), with the same words as for an unknown secret.
+    r = await c.post("/flows", json=flow_body(graph=_trigger_graph(secret)), headers=thief.headers)
+    assert r.status_code == 400, r.text
+    message = r.json()["errors"][0]["message"]
+    assert f"credentials {secret}: not found, or not usable" in message
+    assert "127.0.0.1" not in r.text and "guest" not in r.text
+    # The engine's own check (lifecycle and consumer, secrets.usable_clause through resolve)
+    # stays as the defence for a secret deleted between start and subscription.
 
 
 async def test_two_event_triggers_do_not_start(engine_client: httpx.AsyncClient, factory: Factory) -> None:

@@ -124,7 +124,18 @@ async def test_start_of_unrunnable_flow_returns_to_inactive(
     broken = {"nodes": [{"id": "in", "componentId": "uninstalled-thing"}], "edges": []}
     async with db.write() as session:
         await session.execute(sa.update(Flow).where(Flow.id == fid).values(graph=broken))
-    await c.post(f"/flows/{fid}/start", headers=admin.headers)
+    # The start answer says why at once (issue 22) and leaves the flow inactive.
+    r = await c.post(f"/flows/{fid}/start", headers=admin.headers)
+    assert r.status_code == 409, r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["graph.nodes[0].componentId"]
+    assert "uninstalled-thing" in r.json()["errors"][0]["message"]
+    assert (await c.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]["status"] == "inactive"
+    # The engine keeps its own check for what changes after the start was accepted: a flow
+    # found 'starting' with a component gone goes back to inactive with the reason.
+    async with db.write() as session:
+        await session.execute(
+            sa.update(Flow).where(Flow.id == fid).values(status="starting", status_changed_at=utcnow())
+        )
 
     async def settled() -> dict[str, Any] | None:
         flow = (await c.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]

@@ -169,6 +169,8 @@ def _two_workers(
 
 def test_sigkilled_pg_worker_work_runs_again_within_seconds(pg: Cluster, postgres_url: str) -> None:
     c = pg
+    # All 20 on the victim (one owner's flow: past the default per-tenant cap of 16 here).
+    c.env["FLOWYARD_MAX_RUNNING_PER_TENANT"] = "0"
     victim, survivor = _two_workers(c, postgres_url)
     fid = _active_flow(c, _login(c), _delay_flow(3.0))
     survivor.send_signal(signal.SIGSTOP)  # so that the victim claims the work

@@ -39,6 +39,10 @@ EXECUTION_ALLOWED = {
     ("running", "cancelled"),
     ("queued", "cancelled"),
     ("queued", "failed"),
+    ("running", "waiting"),
+    ("waiting", "queued"),
+    ("waiting", "cancelled"),
+    ("waiting", "failed"),
 }
 
 
@@ -47,7 +51,7 @@ def test_the_tables_are_the_expected_ones() -> None:
     assert {(a.value, b.value) for a, b in ex.MOVES} == EXECUTION_ALLOWED
     # The stored strings stay what the API and the database always held.
     assert [s.value for s in fl.FlowStatus] == ["inactive", "starting", "active", "stopping"]
-    assert list(ex.EXECUTION_STATUSES) == ["queued", "running", "succeeded", "failed", "cancelled"]
+    assert list(ex.EXECUTION_STATUSES) == ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
     # Finished executions never move again.
     assert not [pair for pair in ex.MOVES if pair[0] in ex.FINISHED]
 

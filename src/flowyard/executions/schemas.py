@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from flowyard.clock import Timestamp
 
-ExecutionStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+ExecutionStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
 
 class Step(BaseModel):
@@ -42,6 +42,10 @@ class ExecutionOut(BaseModel):
     error: str | None = None
     input: Any = None
     result: Any = None
+    resumeAt: Timestamp | None = Field(None, description="When a waiting execution goes on (SPEC §11).")
+    retryOf: str | None = Field(None, description="The execution this one retries from its failed step.")
+    rerunOf: str | None = Field(None, description="The execution whose trigger data this one runs again.")
+    parentExecutionId: str | None = Field(None, description="The execution whose `flow` step started it.")
 
 
 class ExecutionDetail(ExecutionOut):

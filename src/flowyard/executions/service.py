@@ -112,6 +112,10 @@ def to_dict(e: Execution) -> dict[str, Any]:
         "error": e.error,
         "input": e.input,
         "result": e.result,
+        "resumeAt": ts(e.resume_at),
+        "retryOf": e.retry_of,
+        "rerunOf": e.rerun_of,
+        "parentExecutionId": e.parent_execution_id,
     }
 
 

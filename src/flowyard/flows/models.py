@@ -42,6 +42,8 @@ class Flow(Timestamped, Base):
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_execution_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     from_template: Mapped[str | None] = mapped_column(Id)
+    # SPEC §11: the flow started when one of this flow's executions ends failed.
+    error_flow_id: Mapped[str | None] = mapped_column(Id)
     # Optional HMAC-SHA256 secret for webhook signatures; never returned.
     # Sealed (SecretBox, migration 0015), never plaintext: about 360 characters for a secret of
     # 200. TEXT on PostgreSQL; SQLite ignores the VARCHAR length.

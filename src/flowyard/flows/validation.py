@@ -125,7 +125,7 @@ def validate_flow_body(
     for path in _nul_paths(body, ""):
         c.add(path, "must not contain NUL characters (U+0000)")
     allowed = {"name", "description", "graph", "type", "cron", "owners", "status"}
-    allowed |= {"tags"} if template else {"tenant", "webhookSecret"}
+    allowed |= {"tags", "shared"} if template else {"tenant", "webhookSecret"}
     for key in body:
         if key not in allowed and key not in READ_ONLY:
             c.add(key, "is not a known field")
@@ -152,6 +152,10 @@ def validate_flow_body(
             c.add("tags", "may hold at most 100 tags")
         else:
             out["tags"] = list(dict.fromkeys(tags))
+        shared = body.get("shared")
+        if shared is not None and not isinstance(shared, bool):
+            c.add("shared", "must be true or false")
+        out["shared"] = shared is True
     elif status is not None and status != current_status:
         c.add("status", STATUS_MANUAL)
     kind = body.get("type")
@@ -293,7 +297,7 @@ def _node(c: Checker, node: Any, path: str, ids: set[str], registry: Registry) -
         out["function"] = function
     if component is not None:
         for sub, message in component.validate_fields(fields or {}):
-            c.add(f"{path}.fields{sub}", message)
+            c.add(f"{path}.fields{sub}", f"{message} (node {nid!r})" if nid else message)
     if fields is not None:
         out["fields"] = fields
     return out

@@ -6,6 +6,7 @@ Counts (``executions/service.py``) and logs (``logs/service.py``) scope their ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,3 +24,9 @@ def tenant_data_clause(principal: Principal, tenant_col: Any, user_col: Any) -> 
         clause: sa.ColumnElement[bool] = tenant_col == principal.tenant_id
         return clause
     return sa.and_(tenant_col.is_(None), user_col == principal.user_id)
+
+
+def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
+    """The user a flow's executions, counts and logs are charged to, and whose tenantless
+    secrets a tenantless flow may use: the first ``user`` entry of its owners."""
+    return next((o["id"] for o in owners if o.get("type") == "user"), None)

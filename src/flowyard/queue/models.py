@@ -43,6 +43,14 @@ class Execution(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Who shares fairly in the queue: "t:<tenant>", or "u:<owner user>" for tenantless flows.
     queue_group: Mapped[str | None] = mapped_column(sa.String(80))
+    # Waiting (SPEC §11): when a parked execution is due; the continuation it (or a replay)
+    # starts from (flowyard.queue.continuation). Deferred: lists do not read the state.
+    resume_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    state: Mapped[Any] = mapped_column(JsonValue, nullable=True, deferred=True)
+    # Replays name their origin; a sub-flow's execution names its caller's.
+    retry_of: Mapped[str | None] = mapped_column(Id)
+    rerun_of: Mapped[str | None] = mapped_column(Id)
+    parent_execution_id: Mapped[str | None] = mapped_column(Id)
 
     __table_args__ = (
         sa.UniqueConstraint("flow_id", "scheduled_for"),
@@ -55,6 +63,14 @@ class Execution(Base):
         # The executions of deleted flows in a caller's scope, from the index alone.
         sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
         sa.Index("ix_executions_flow_status", "flow_id", "status"),
+        # The resumer: due waiting executions from a partial index over the waiting rows only.
+        sa.Index(
+            "ix_executions_waiting_due",
+            "resume_at",
+            postgresql_where=sa.text("status = 'waiting'"),
+            sqlite_where=sa.text("status = 'waiting'"),
+        ),
+        sa.Index("ix_executions_parent", "parent_execution_id"),
     )
 
 

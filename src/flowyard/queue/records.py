@@ -20,6 +20,9 @@ class Claimed:
     attempts: int
     created_at: datetime
     scheduled_for: datetime | None
+    # The continuation it starts from (flowyard.queue.continuation): a parked execution being
+    # resumed, or a replay; None: from its trigger.
+    state: Any = None
 
 
 @dataclass

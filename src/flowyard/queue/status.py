@@ -4,9 +4,11 @@ writer of execution rows and builds each of its moves from :func:`update`; the r
 code only reads the status, comparing with :class:`ExecutionStatus`.
 
     (accepted) -> queued --claim--> running --outcome--> succeeded | failed | cancelled
-                    ^                  |
-                    +--reap / release--+        queued | running --stop grace over--> cancelled
-                                                queued | running --input unreadable--> failed
+                    ^  ^               |  |
+                    |  +--reap/release-+  +--park--> waiting (resume_at; holds nothing)
+                    +------------resume (due)-------------+
+                                 queued | waiting | running --cancel / stop grace over--> cancelled
+                                 queued | waiting | running --input unreadable--> failed
 
 Each move is one conditional ``UPDATE executions SET status = <to> WHERE status = <from>``:
 a row that another process moved meanwhile is left alone (its UPDATE matches nothing).
@@ -42,13 +44,15 @@ class ExecutionStatus(StrEnum):
 
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 EXECUTION_STATUSES = tuple(ExecutionStatus)
-UNFINISHED = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
+# Unfinished: may still run. A waiting execution holds no runner, slot or lease (SPEC §11).
+UNFINISHED = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatus.WAITING)
 FINISHED = (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
 
 # Every allowed move and who makes it (all in queue/store.py); any other pair is refused.
@@ -59,7 +63,11 @@ MOVES: dict[tuple[ExecutionStatus, ExecutionStatus], str] = {
     (ExecutionStatus.RUNNING, ExecutionStatus.SUCCEEDED): "complete: the outcome",
     (ExecutionStatus.RUNNING, ExecutionStatus.FAILED): "complete; reap: died too often; claim: bad input",
     (ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED): "complete: the flow is gone; stop grace over",
-    (ExecutionStatus.QUEUED, ExecutionStatus.CANCELLED): "cancel_unfinished: the stop grace is over",
+    (ExecutionStatus.QUEUED, ExecutionStatus.CANCELLED): "cancel_unfinished: the stop grace is over; cancel",
+    (ExecutionStatus.RUNNING, ExecutionStatus.WAITING): "complete: it parks until resume_at (SPEC §11)",
+    (ExecutionStatus.WAITING, ExecutionStatus.QUEUED): "resume: it is due (or what it waits for came)",
+    (ExecutionStatus.WAITING, ExecutionStatus.CANCELLED): "cancel_unfinished: the stop grace is over; cancel",
+    (ExecutionStatus.WAITING, ExecutionStatus.FAILED): "fail_unfinished (quarantine); resume: cannot go on",
     (
         ExecutionStatus.QUEUED,
         ExecutionStatus.FAILED,

@@ -5,6 +5,7 @@ UPDATE per execution and reading it needs no reshaping. The only place that shap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from flowyard.clock import isoformat
@@ -30,3 +31,23 @@ def document(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
         }
         for s in sorted(steps, key=lambda s: s.position)
     ]
+
+
+def record(doc: dict[str, Any], position: int) -> StepRecord:
+    """A stored step (served shape) back as a record: the steps a continuation carries over
+    (``queue/continuation.py``) join the outcome of the execution that goes on from it."""
+    return StepRecord(
+        node_id=doc["nodeId"],
+        component_id=doc.get("componentId"),
+        function=doc.get("function"),
+        status=doc.get("status", "succeeded"),
+        runs=int(doc.get("runs", 0)),
+        messages_in=int(doc.get("messagesIn", 0)),
+        messages_out=int(doc.get("messagesOut", 0)),
+        duration_ms=float(doc.get("durationMs", 0.0)),
+        started_at=datetime.fromisoformat(doc["startedAt"]),
+        finished_at=datetime.fromisoformat(doc["finishedAt"]),
+        error=doc.get("error"),
+        output=doc.get("output"),
+        position=position,
+    )

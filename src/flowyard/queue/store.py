@@ -9,6 +9,7 @@ makes the same UPDATE a safe single claimer.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,7 @@ from flowyard import isolate
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.flows.models import Flow
+from flowyard.iam.visibility import owner_user_of  # noqa: F401 - re-exported
 from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
 from flowyard.queue import counters, steps
@@ -49,10 +51,6 @@ class NewExecution:
     input: Any
     created_at: datetime
     scheduled_for: datetime | None = None
-
-
-def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
-    return next((o["id"] for o in owners if o.get("type") == "user"), None)
 
 
 def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
@@ -156,8 +154,24 @@ _QUEUED_GROUPS = sa.text(
 )
 
 
-async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) -> list[str]:
-    """Ids of up to ``limit`` queued executions, shared fairly across queue groups.
+async def _running_by_group(
+    session: AsyncSession, groups: Iterable[str] | None = None
+) -> dict[str | None, int]:
+    """Executions running now (in the database: every process's), by queue group."""
+    stmt = (
+        sa.select(Execution.queue_group, sa.func.count())
+        .where(Execution.status == RUNNING)
+        .group_by(Execution.queue_group)
+    )
+    if groups is not None:
+        stmt = stmt.where(Execution.queue_group.in_(list(groups)))
+    return {grp: int(n) for grp, n in (await session.execute(stmt)).all()}
+
+
+async def _pick_fairly(
+    session: AsyncSession, limit: int, *, skip_locked: bool, cap: int, held_back: set[str]
+) -> list[tuple[str, str | None]]:
+    """Up to ``limit`` queued executions (id, queue group), shared fairly across queue groups.
 
     Each slot goes to the group running the fewest executions now (counting those
     this claim takes), ties to the group whose oldest queued execution is oldest:
@@ -165,32 +179,34 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
     execution, and no group waits behind another's backlog. A group with fewer
     queued rows than its share leaves the rest to the others; anything still
     unfilled goes to the oldest queued rows.
+
+    ``cap`` (0: none): a group running ``cap`` executions gets no more; those left queued
+    are added to ``held_back``. This only picks well; ``claim`` enforces the cap.
     """
     heads = {grp: head for grp, head in (await session.execute(_QUEUED_GROUPS)).all()}
     if not heads:
         return []
-    running = {
-        grp: n
-        for grp, n in (
-            await session.execute(
-                sa.select(Execution.queue_group, sa.func.count())
-                .where(Execution.status == RUNNING)
-                .group_by(Execution.queue_group)
-            )
-        ).all()
-    }
+    running = await _running_by_group(session)
     load = {grp: running.get(grp, 0) for grp in heads}
-    picked: list[str] = []
+    picked: list[tuple[str, str | None]] = []
+    taken: list[str] = []
     open_groups = set(heads)
+    if cap:
+        full = {g for g in open_groups if load[g] >= cap}
+        held_back.update(full)
+        open_groups -= full
     while len(picked) < limit and open_groups:
         # Water-filling: each slot to the least loaded group (a heap: many groups stay cheap).
         want: Counter[str] = Counter()
         heap = [(load[g], heads[g], g) for g in open_groups]
         heapq.heapify(heap)
         for _ in range(limit - len(picked)):
+            if not heap:
+                break  # every open group is at its cap
             n, head, grp = heapq.heappop(heap)
             want[grp] += 1
-            heapq.heappush(heap, (n + 1, head, grp))
+            if not cap or n + 1 < cap:
+                heapq.heappush(heap, (n + 1, head, grp))
         for grp in sorted(want, key=lambda g: heads[g]):
             pick = (
                 sa.select(Execution.id)
@@ -198,24 +214,83 @@ async def _pick_fairly(session: AsyncSession, limit: int, *, skip_locked: bool) 
                 .order_by(Execution.id)
                 .limit(want[grp])
             )
-            if picked:
-                pick = pick.where(Execution.id.not_in(picked))
+            if taken:
+                pick = pick.where(Execution.id.not_in(taken))
             if skip_locked:
                 pick = pick.with_for_update(skip_locked=True)
             ids = list((await session.scalars(pick)).all())
-            picked += ids
+            picked += [(i, grp) for i in ids]
+            taken += ids
             load[grp] += len(ids)
             if len(ids) < want[grp]:
                 open_groups.discard(grp)  # drained (or the rest is locked by another claimer)
+            elif cap and load[grp] >= cap:
+                open_groups.discard(grp)
+                held_back.add(grp)  # at its cap, perhaps with more queued (claim checks again)
     if len(picked) < limit:
-        rest = sa.select(Execution.id).where(Execution.status == QUEUED).order_by(Execution.id)
-        if picked:
-            rest = rest.where(Execution.id.not_in(picked))
+        rest = (
+            sa.select(Execution.id, Execution.queue_group)
+            .where(Execution.status == QUEUED)
+            .order_by(Execution.id)
+        )
+        if taken:
+            rest = rest.where(Execution.id.not_in(taken))
+        if cap and held_back:
+            full_groups = sorted(held_back)
+            rest = rest.where(
+                sa.or_(Execution.queue_group.is_(None), Execution.queue_group.not_in(full_groups))
+            )
         rest = rest.limit(limit - len(picked))
         if skip_locked:
             rest = rest.with_for_update(skip_locked=True)
-        picked += list((await session.scalars(rest)).all())
+        picked += [(i, g) for i, g in (await session.execute(rest)).all()]
     return picked
+
+
+# The namespace of the cap's advisory locks (a transaction-scoped lock per queue group).
+_CAP_LOCK_SPACE = b"flowyard.queue.cap:"
+
+
+def _cap_lock_key(group: str) -> int:
+    """A signed 64-bit advisory-lock key for a queue group."""
+    digest = hashlib.blake2b(_CAP_LOCK_SPACE + group.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+# One statement takes the locks in the order of the array (a function scan yields its rows in
+# order), so two claimers always lock shared groups in the same order: no deadlock.
+_CAP_LOCKS = sa.text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS t(k)")
+
+
+async def _within_cap(
+    session: AsyncSession, picked: list[tuple[str, str | None]], cap: int, held_back: set[str]
+) -> list[str]:
+    """The ids of ``picked`` that keep each queue group within ``cap`` running executions,
+    counted in the database now; the groups cut are added to ``held_back``.
+
+    PostgreSQL: each group's count is taken under a transaction-scoped advisory lock of that
+    group, held until this claim commits, so concurrent claimers (any process) count one after
+    another and each sees what the one before it moved to running (READ COMMITTED: a statement
+    sees what committed before it began). Transaction-scoped, so it works through PgBouncer in
+    transaction mode. SQLite: this transaction is the only writer (BEGIN IMMEDIATE).
+    """
+    if not cap or not picked:
+        return [i for i, _g in picked]
+    groups = sorted({g for _i, g in picked if g is not None})
+    if groups and dialect_name(session) == "postgresql":
+        keys = sorted({_cap_lock_key(g) for g in groups})
+        await session.execute(_CAP_LOCKS, {"keys": keys})
+    room = {g: cap - n for g, n in (await _running_by_group(session, groups)).items()}
+    kept: list[str] = []
+    for eid, grp in picked:
+        if grp is None:
+            kept.append(eid)  # no group (rows from before queue groups): nothing to share
+        elif room.get(grp, cap) > 0:
+            room[grp] = room.get(grp, cap) - 1
+            kept.append(eid)
+        else:
+            held_back.add(grp)
+    return kept
 
 
 @dataclass
@@ -234,7 +309,9 @@ async def claim(
     worker_id: str,
     limit: int,
     lease_seconds: float,
+    cap: int,
     unreadable: list[Unreadable] | None = None,
+    held_back: set[str] | None = None,
 ) -> list[Claimed]:
     """Take up to ``limit`` queued executions, fairly across tenants (see ``_pick_fairly``).
 
@@ -242,12 +319,27 @@ async def claim(
     claimers take disjoint rows without waiting. SQLite: the caller's write
     transaction (BEGIN IMMEDIATE) makes this the only claimer.
 
+    ``cap`` (0: none; ``Settings.tenant_running_cap``): no queue group (a tenant, or the
+    owner of tenantless flows) ever has more than ``cap`` executions running, counted across
+    every process (``_within_cap``). The groups whose queued work was passed over at their
+    cap are added to ``held_back``: the caller claims again when a slot may have freed.
+
     The input comes back as text and is decoded row by row: a row whose input cannot
     be decoded fails alone in this transaction (status ``failed``, a clear error, an
     ``error`` log entry; appended to ``unreadable``) while the others are claimed.
     """
     now = utcnow()
-    picked = await _pick_fairly(session, limit, skip_locked=dialect_name(session) == "postgresql")
+    held: set[str] = set()
+    picked = await _within_cap(
+        session,
+        await _pick_fairly(
+            session, limit, skip_locked=dialect_name(session) == "postgresql", cap=cap, held_back=held
+        ),
+        cap,
+        held,
+    )
+    if held_back is not None:
+        held_back |= held
     if not picked:
         return []
     stmt = (
@@ -270,6 +362,7 @@ async def claim(
             Execution.attempts,
             Execution.created_at,
             Execution.scheduled_for,
+            sa.cast(Execution.state, sa.Text).label("state"),
         )
         .execution_options(synchronize_session=False)
     )
@@ -288,6 +381,7 @@ async def claim(
             attempts=row.attempts,
             created_at=row.created_at,
             scheduled_for=row.scheduled_for,
+            state=None if row.state is None else orjson.loads(row.state),
         )
 
     def on_poison(row: Any, exc: BaseException) -> None:

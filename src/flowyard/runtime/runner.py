@@ -32,6 +32,8 @@ from flowyard.components.expressions import (
 )
 from flowyard.components.registry import Component, ComponentFunction, Message, Registry
 from flowyard.jsonvalue import TooBig, TooDeep, depth_exceeds, size_over
+from flowyard.queue import continuation
+from flowyard.queue import steps as step_docs
 from flowyard.queue.records import Claimed, Outcome, StepRecord
 
 if TYPE_CHECKING:
@@ -252,9 +254,17 @@ async def run_execution(
     }
     if execution.scheduled_for is not None:
         metadata["scheduledFor"] = isoformat(execution.scheduled_for)
-    pending: deque[tuple[str, Message]] = deque(
-        (root, {"data": execution.input, "metadata": metadata}) for root in flow.roots
-    )
+    # A continuation (a resumed or replayed execution) says where to go on from, and which
+    # steps' results it carries over; else the trigger message goes to every root.
+    carried = [step_docs.record(doc, i) for i, doc in enumerate(continuation.carried_of(execution.state))]
+    if execution.state:
+        pending: deque[tuple[str, Message]] = deque(
+            (p["node"], p["message"])
+            for p in continuation.pending_of(execution.state)
+            if p.get("node") in flow.nodes
+        )
+    else:
+        pending = deque((root, {"data": execution.input, "metadata": metadata}) for root in flow.roots)
     stats: dict[str, _Stats] = {}
     logs: list[dict[str, Any]] = []
     reply: list[Reply] = []
@@ -275,7 +285,7 @@ async def run_execution(
                 on_step(node_id)
             st = stats.get(node_id)
             if st is None:
-                st = stats[node_id] = _Stats(position=len(stats), started_at=utcnow())
+                st = stats[node_id] = _Stats(position=len(carried) + len(stats), started_at=utcnow())
             if deadline is not None and time.monotonic() >= deadline:
                 st.finished_at = st.finished_at or utcnow()
                 raise LimitExceeded(node_id, limit_message("wall", settings))
@@ -380,7 +390,7 @@ async def run_execution(
         error = exc
         stats[exc.node_id].error = exc.message
     finished = utcnow()
-    steps = []
+    steps = [c for c in carried if c.node_id not in stats]
     for node_id, st in stats.items():
         node = flow.nodes[node_id]
         cid = node.component.id if node.component else None

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 _CLAIM_BATCH = 64
 _CREDENTIALS_TTL = 60.0
 _FLUSH_BATCH = 256
+# While a claim held work back at a tenant's cap, the worker claims again this often at the
+# latest: a slot freed by another process's completion is taken up within it.
+_HELD_BACK_POLL = 0.5
 
 
 async def _lease_expired(_session: AsyncSession) -> None:
@@ -87,6 +90,10 @@ class Worker:
         self._flows: dict[tuple[str, int], FlowSpec | FlowNotRunnable] = {}
         self._ran: dict[str, tuple[str, float]] = {}  # execution id: trigger, run seconds (metrics)
         self.completed = 0
+        self.cap = settings.tenant_running_cap()
+        # The last claim passed over queued work of a tenant at its cap: claim again as soon
+        # as a completion is recorded (here), or within _HELD_BACK_POLL (other processes').
+        self._held_back = False
 
     @staticmethod
     def _new_id() -> str:
@@ -148,20 +155,26 @@ class Worker:
                         )
                         await asyncio.sleep(self.settings.poll_interval)
                     continue
+            poll = self.settings.poll_interval
+            if self._held_back:
+                poll = min(poll, _HELD_BACK_POLL)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.poll_interval):
+                async with asyncio.timeout(poll):
                     await self._wake.wait()
 
     async def _claim(self, limit: int) -> list[queue.Claimed]:
         unreadable: list[queue.Unreadable] = []
         messages: list[bytes] = []
+        held_back: set[str] = set()
         async with self.db.write(durable=False) as session:
             claimed = await queue.claim(
                 session,
                 worker_id=self.id,
                 limit=limit,
                 lease_seconds=self.settings.lease_seconds,
+                cap=self.cap,
                 unreadable=unreadable,
+                held_back=held_back,
             )
             if unreadable:  # failed alone in this transaction (isolate.py); waiters are told
                 messages = finished_messages((u.id, "failed", None, u.error) for u in unreadable)
@@ -173,6 +186,15 @@ class Worker:
                 metrics.poison("claim")
                 metrics.execution_finished(u.trigger, "failed", None)
             self.hub.finish((u.id, ("failed", None, u.error)) for u in unreadable)
+        self._held_back = bool(held_back)
+        if held_back:
+            metrics.claims_held_back(len(held_back))
+            log.debug(
+                "claim held back the queued executions of %d queue groups at their cap of %d running: %s",
+                len(held_back),
+                self.cap,
+                sorted(held_back)[:5],
+            )
         return claimed
 
     async def _start(self, claimed: list[queue.Claimed]) -> None:
@@ -333,6 +355,8 @@ class Worker:
             ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
             remember=False,
         )
+        if held and self._held_back:
+            self.wake()  # slots of capped tenants freed with this commit: claim their queued work now
 
     async def _record_poison(self, outcome: queue.Outcome, exc: BaseException, settled: set[int]) -> None:
         """An outcome that cannot be recorded. If only its counts broke, it is recorded

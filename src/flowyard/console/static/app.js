@@ -8,7 +8,7 @@ const TOKEN_KEY = "flowyard.token";
 const ME_KEY = "flowyard.me";
 const POLL_MS = 1500;
 const STATUSES = ["inactive", "starting", "active", "stopping"];
-const EXEC_STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"];
+const EXEC_STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"];
 
 // ---------------------------------------------------------------- helpers
 
