@@ -85,14 +85,14 @@ class Component:
             return {"type": "object"}
         return self.fields.model_json_schema()
 
-    def validate_fields(self, raw: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """Problems as (relative path, message)."""
+    def validate_fields(self, raw: Mapping[str, Any], *, saving: bool = True) -> list[tuple[str, str]]:
+        """Problems as (relative path, message); ``saving=False`` leaves out the save-only rules."""
         if self.fields is None:
             return []
         try:
             # SAVING: validators may be stricter when a flow is saved than when a stored one is
             # parsed to run (a rule added later must not stop a flow saved before it).
-            self.fields.model_validate(raw, context=SAVING)
+            self.fields.model_validate(raw, context=SAVING if saving else None)
         except ValidationError as exc:
             out = []
             for err in exc.errors():

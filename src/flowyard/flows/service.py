@@ -384,7 +384,9 @@ async def start_problems(session: AsyncSession, flow: Flow, registry: Registry) 
     today's registry) and its secrets still usable by its owners (one may have been deleted)."""
     body = {name: getattr(flow, name) for name in _MUTABLE}
     _clean, problems = validate_flow_body(
-        {k: v for k, v in body.items() if v is not None or k in ("name", "graph", "type")}, registry=registry
+        {k: v for k, v in body.items() if v is not None or k in ("name", "graph", "type")},
+        registry=registry,
+        saving=False,
     )
     problems += await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
     return problems

@@ -41,6 +41,9 @@ STATUS_MANUAL = "Flow status cannot be set manually. Use the flow start/stop end
 @dataclass
 class Checker:
     problems: list[Problem] = field(default_factory=list)
+    # False when a stored flow is checked again (at start): rules added after it was saved
+    # (``registry.SAVING``) must not stop it.
+    saving: bool = True
 
     def add(self, path: str, message: str) -> None:
         self.problems.append(Problem(f"{path}: {message}" if path else message, path or None))
@@ -112,9 +115,11 @@ def validate_flow_body(
     registry: Registry,
     current_status: str = FlowStatus.INACTIVE,
     template: bool = False,
+    saving: bool = True,
 ) -> tuple[dict[str, Any], list[Problem]]:
-    """Check a complete flow (or template) body; returns the normalised form and the problems."""
-    c = Checker()
+    """Check a complete flow (or template) body; returns the normalised form and the problems.
+    ``saving=False`` checks a stored flow again (at start) without the save-only rules."""
+    c = Checker(saving=saving)
     if not isinstance(body, dict):
         c.add("", "the body must be a JSON object")
         return {}, c.problems
@@ -296,7 +301,7 @@ def _node(c: Checker, node: Any, path: str, ids: set[str], registry: Registry) -
             c.add(f"{path}.function", "needs a componentId")
         out["function"] = function
     if component is not None:
-        for sub, message in component.validate_fields(fields or {}):
+        for sub, message in component.validate_fields(fields or {}, saving=c.saving):
             c.add(f"{path}.fields{sub}", f"{message} (node {nid!r})" if nid else message)
     if fields is not None:
         out["fields"] = fields
