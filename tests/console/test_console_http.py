@@ -55,6 +55,15 @@ async def test_bare_console_redirects_to_the_page(http: httpx.AsyncClient) -> No
     _assert_console_headers(r)
 
 
+async def test_the_site_root_leads_to_the_console(http: httpx.AsyncClient) -> None:
+    """A newcomer opening http://127.0.0.1:8000/ lands on the console, not on a JSON 404."""
+    r = await http.get("/")
+    assert r.status_code == 307
+    assert r.headers["location"] == "/console/"
+    page = await http.get("/", follow_redirects=True)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -41,6 +41,12 @@ class _ConsoleFiles(StaticFiles):
         return response
 
 
+@router.get("/")
+async def site_root() -> RedirectResponse:
+    """A browser opening the service's address lands on the console (not a JSON 404)."""
+    return RedirectResponse("/console/", status_code=307)
+
+
 @router.get("/console")
 async def console_root() -> RedirectResponse:
     return RedirectResponse("/console/", status_code=308, headers=CONSOLE_HEADERS)
