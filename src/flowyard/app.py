@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from flowyard import __version__
 from flowyard import metrics as metric_values
-from flowyard.api import health
+from flowyard.api import health, reference
 from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
@@ -114,6 +114,8 @@ def create_app(
         description="Integration flows: store, start and stop them, trigger them by webhook or cron, "
         "and read their executions, counts and logs.",
         lifespan=lifespan,
+        docs_url=None,  # api/reference.py serves /docs and /redoc from shipped files
+        redoc_url=None,
     )
     box = SecretBox(load_key(settings.configured_secret_key(), settings.data_dir))
     app.state.settings = settings
@@ -154,6 +156,7 @@ def create_app(
     ):
         app.include_router(module.router)
     app.include_router(console_router.router)
+    app.include_router(reference.router)
     app.mount("/console/static", console_router.static_files, name="console-static")
     _install_openapi(app)
     return app

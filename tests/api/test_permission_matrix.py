@@ -336,6 +336,7 @@ ROWS: list[Row] = [
     Row("GET", "/docs", "page", (), public(200), url("/docs")),
     Row("GET", "/docs/oauth2-redirect", "page", (), public(200), url("/docs/oauth2-redirect")),
     Row("GET", "/redoc", "page", (), public(200), url("/redoc")),
+    Row("GET", "/", "redirect", (), public(307), url("/")),
     Row("GET", "/console", "redirect", (), public(308), url("/console")),
     Row("GET", "/console/", "page", (), public(200), url("/console/")),
     Row("GET", "/health", "alive", (), public(200), url("/health")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -103,3 +104,19 @@ def test_the_static_files_ship_in_the_package() -> None:
     for vendor in (STATIC_DIR / "vendor").iterdir():
         if vendor.is_dir():
             assert any(p.name.startswith("LICENSE") for p in vendor.iterdir()), f"{vendor.name}: no LICENSE"
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_api_reference_pages_load_nothing_from_another_origin(
+    http: httpx.AsyncClient, page: str
+) -> None:
+    """/docs and /redoc work offline: every script, style and icon they name is served here."""
+    r = await http.get(page)
+    assert r.status_code == 200
+    assert "http://" not in r.text and "https://" not in r.text
+    assets = re.findall(r'(?:src|href)="(/[^"]+)"', r.text)
+    assert any(a.endswith(".js") for a in assets), assets
+    for asset in assets:
+        got = await http.get(asset)
+        assert got.status_code == 200, asset
+        assert len(got.content) > 100, asset
