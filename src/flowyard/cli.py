@@ -62,6 +62,40 @@ def _prepare(settings: Settings) -> None:
     migrations.upgrade(settings.resolved_database_url(), secret_key=_secret_key(settings))
 
 
+_SERVE_LOCK: list[int] = []  # the lock's descriptor, open for the life of the process
+
+
+def _hold_serve_lock(settings: Settings, address: str) -> None:
+    """One ``serve`` with its engine per SQLite database: a second ``flowyard serve`` (or ``make
+    run``) on the same ``./data``, on another port, refuses to start and names the first instead of
+    serving beside it. The lock is an ``flock`` on ``<database>.serve-lock``, held by this process
+    (not inherited by its children: they are started with exec) and released by the kernel when
+    the process ends however it ends, so a crash never leaves a stale lock. PostgreSQL is meant
+    for many processes and takes no lock; ``serve --no-engine`` and ``worker`` take none either."""
+    url = sa.engine.make_url(settings.resolved_database_url())
+    if not url.get_backend_name().startswith("sqlite") or not url.database or url.database == ":memory:":
+        return
+    import fcntl
+    import os
+
+    database = Path(url.database).resolve()
+    database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = database.with_name(database.name + ".serve-lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise click.ClickException(
+            f"{database} is already served by {holder}. Stop that one first, or give this one "
+            "its own data directory (FLOWYARD_DATA_DIR)."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"flowyard serve (pid {os.getpid()}, {address})".encode(), 0)
+    _SERVE_LOCK.append(fd)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flowyard")
 def main() -> None:
@@ -89,6 +123,10 @@ def serve(
     starts them on one socket beside one engine process; with one, all in one process."""
     settings = _settings()
     _setup_logging(settings)
+    if not no_engine:
+        host_shown = host or settings.host
+        port_shown = port if port is not None else settings.port
+        _hold_serve_lock(settings, f"{host_shown}:{port_shown}")
     if not no_migrate:
         _prepare(settings)
 
