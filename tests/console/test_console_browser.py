@@ -388,6 +388,34 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert not b.find("#signout").is_displayed()
     assert d.execute_script("return window.localStorage.length") == 0
     assert api.get("/flows", headers=admin).status_code == 200  # the test's own session lives on
+
+    # A reader (tenant.flows.read only) is offered nothing that would end in a permission error.
+    tenant = api.post("/tenants", json={"name": "readers"}, headers=admin)
+    assert tenant.status_code == 201, tenant.text
+    tenant_id = tenant.json().get("id") or tenant.json()["data"]["id"]
+    reader = ("reader@example.com", "reader-password-1")
+    made = api.post(
+        "/api/users",
+        json={
+            "username": reader[0],
+            "password": reader[1],
+            "tenant": tenant_id,
+            "permissions": ["tenant.flows.read"],
+        },
+        headers=admin,
+    )
+    assert made.status_code == 201, made.text
+    b.find("input[name=username]").send_keys(reader[0])
+    b.find("input[name=password]").send_keys(reader[1])
+    b.click_text("button", "Sign in")
+    b.wait_text("main h1", "^Flows$")
+    b.wait_text(".empty", r"^No flows yet\.$")
+    shown = [el.text for el in b.find_all("#nav a, main a, main button") if el.is_displayed()]
+    for offered in ("Templates", "New flow", "From a template", "Browse the templates"):
+        assert offered not in shown, shown
+    b.check_page("flows-reader")
+    b.click_text("button", "Sign out")
+    b.wait("sign-in form", lambda d: "#/login" in d.current_url)
     b.collect_logs()
     assert not b.expected_failures, f"expected failures not seen: {b.expected_failures}"
     assert not b.console_errors, b.console_errors

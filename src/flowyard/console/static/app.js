@@ -286,7 +286,7 @@ async function route() {
     } catch (err) {
       if (err instanceof ApiError) {
         put(main, 
-          h("h1", {}, err.status === 404 ? "Not found" : "Something went wrong"),
+          h("h1", {}, err.status === 404 ? "Not found" : err.status === 403 ? "Not allowed" : "Something went wrong"),
           errorBox(err),
           h("p", {}, h("a", { href: "#/flows" }, "Back to the flows")),
         );
@@ -308,6 +308,17 @@ function showChrome() {
   document.getElementById("nav").hidden = !me;
   document.getElementById("who").hidden = !me;
   document.getElementById("who-name").textContent = me ? me.username : "";
+  // Offer only what the caller may open: the templates need flowTemplates.read.
+  const templates = document.querySelector('#nav a[data-section="templates"]');
+  if (templates) templates.parentElement.hidden = !canUseTemplates();
+}
+
+function canUseTemplates() {
+  return hasPermission("flowTemplates.read");
+}
+
+function canCreateFromTemplate() {
+  return canUseTemplates() && hasPermission("tenant.flows.create");
 }
 
 // ---------------------------------------------------------------- sign in / out
@@ -443,7 +454,7 @@ async function viewFlows(_m, query) {
         "div",
         { class: "actions" },
         hasPermission("tenant.flows.create") ? h("a", { class: "button", href: "#/flows/new" }, "New flow") : null,
-        h("a", { class: "button secondary", href: "#/templates" }, "From a template"),
+        canCreateFromTemplate() ? h("a", { class: "button secondary", href: "#/templates" }, "From a template") : null,
       ),
     ),
     filters,
@@ -467,8 +478,10 @@ async function viewFlows(_m, query) {
         emptyState(
           state.search || state.status || state.type
             ? "No flow matches these filters. Clear them to see every flow."
-            : "No flows yet. Create one from scratch or from a template.",
-          h("a", { class: "button", href: "#/templates" }, "Browse the templates"),
+            : canCreateFromTemplate()
+              ? "No flows yet. Create one from scratch or from a template."
+              : "No flows yet.",
+          canCreateFromTemplate() ? h("a", { class: "button", href: "#/templates" }, "Browse the templates") : null,
         ),
       );
       return;
