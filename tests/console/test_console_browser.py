@@ -160,8 +160,27 @@ class Browser:
             self.driver.execute_script("return new Promise(r => requestAnimationFrame(() => r()))")
             self.driver.save_screenshot(str(self.screens / f"{name}-{size}.png"))
             self.axe(f"{name} at {size}")
+            self.fits(f"{name} at {size}")
         self.size("desktop")
         self.collect_logs()
+
+    def fits(self, where: str) -> None:
+        """Nothing is cut off on the right: the page never scrolls sideways (wide tables and
+        graphs scroll inside their own box), and no table cell is squeezed to one word a line."""
+        wide = self.driver.execute_script(
+            "const w = document.documentElement.clientWidth;"
+            "return [document.documentElement.scrollWidth, w, [...document.querySelectorAll('main *')]"
+            ".filter(e => e.getBoundingClientRect().right > w + 1"
+            " && !e.closest('.table-wrap, .graph-box, pre'))"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className)]"
+        )
+        assert wide[0] <= wide[1] + 1 and not wide[2], f"{where}: the page is wider than the screen: {wide}"
+        narrow = self.driver.execute_script(
+            "return [...document.querySelectorAll('main td')].filter(td => td.offsetParent"
+            " && td.textContent.trim().includes(' ') && td.getBoundingClientRect().width < 60)"
+            ".slice(0, 5).map(td => td.textContent.trim())"
+        )
+        assert not narrow, f"{where}: squeezed table cells: {narrow}"
 
     def axe(self, where: str) -> None:
         if not self.driver.execute_script("return typeof window.axe !== 'undefined'"):

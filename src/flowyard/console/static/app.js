@@ -573,7 +573,7 @@ function drawGraph(graph) {
   return svg;
 }
 
-function executionsTable(items, withFlow, flowNames) {
+function executionsTable(items, withFlow, names) {
   return table(
     "Executions",
     ["Execution", ...(withFlow ? ["Flow"] : []), "Status", "Trigger", "Created", "Duration"],
@@ -583,7 +583,7 @@ function executionsTable(items, withFlow, flowNames) {
         {},
         h("td", {}, h("a", { href: `#/executions/${x.id}`, class: "mono" }, x.id)),
         withFlow
-          ? h("td", {}, flowNames && flowNames.has(x.flowId) ? h("a", { href: `#/flows/${x.flowId}` }, flowNames.get(x.flowId)) : h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId.slice(-8)))
+          ? h("td", {}, flowLink(x.flowId, names))
           : null,
         h("td", {}, badge(x.status)),
         h("td", {}, x.trigger),
@@ -861,6 +861,23 @@ async function viewExecutions(_m, query) {
   poll(load);
 }
 
+// Flow names for tables and facts that hold flow ids: one list request, reused for a few seconds.
+let flowNamesCache = null;
+async function flowNames() {
+  if (!flowNamesCache || Date.now() - flowNamesCache.at > 5000) {
+    const res = await api("GET", `/flows${qs({ "page[size]": 200, sort: "name" })}`);
+    flowNamesCache = { at: Date.now(), names: new Map(res.data.map((f) => [f.id, f.name])) };
+  }
+  return flowNamesCache.names;
+}
+
+function flowLink(id, names) {
+  const name = names && names.get(id);
+  return name
+    ? h("a", { href: `#/flows/${id}`, title: id, class: "flow-name" }, name)
+    : h("a", { href: `#/flows/${id}`, class: "mono", title: id }, id.slice(-8));
+}
+
 function logScope(tenant, user) {
   return tenant || user || (session.me && (session.me.tenant || session.me.id));
 }
@@ -872,6 +889,7 @@ async function viewExecution(id) {
   let last = "";
   const load = async () => {
     const x = (await api("GET", `/executions/${id}`)).data;
+    const names = await flowNames();
     let logs = [];
     try {
       const res = await api("GET", `/logs${qs({ "filter[tenant]": logScope(x.tenant, x.user), "filter[executionId]": id, "page[size]": 200 })}`);
@@ -909,7 +927,7 @@ async function viewExecution(id) {
       h(
         "dl",
         { class: "facts" },
-        ...fact("Flow", h("a", { href: `#/flows/${x.flowId}`, class: "mono" }, x.flowId)),
+        ...fact("Flow", flowLink(x.flowId, names)),
         ...fact("Trigger", x.trigger),
         ...fact("Attempts", x.attempts),
         ...fact("Created", fmtTime(x.createdAt)),
@@ -1029,6 +1047,7 @@ async function viewLogs(_m, query) {
       })}`,
     );
     if (!changed(body, res)) return;
+    const names = res.data.length ? await flowNames() : null;
     put(body, 
       res.data.length
         ? table(
@@ -1041,7 +1060,7 @@ async function viewLogs(_m, query) {
                 h("td", { class: "nowrap" }, fmtTime(l.timestamp)),
                 h("td", {}, h("span", { class: `badge badge-log-${l.level}` }, l.level)),
                 h("td", {}, l.message),
-                h("td", {}, l.flowId ? h("a", { href: `#/flows/${l.flowId}`, class: "mono" }, l.flowId.slice(-8)) : "—"),
+                h("td", {}, l.flowId ? flowLink(l.flowId, names) : "—"),
                 h("td", {}, l.stepId || "—"),
                 h("td", {}, l.executionId ? h("a", { href: `#/executions/${l.executionId}`, class: "mono" }, l.executionId.slice(-8)) : "—"),
               ),
