@@ -343,6 +343,25 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.wait_text(f"#{cron.get_attribute('id')}-error", "(?i)cron")
     assert cron.get_attribute("aria-invalid") == "true"
     b.check_page("editor-error")
+    b.collect_logs()  # the first 400 is matched before the second one is expected
+    # Several problems in the graph: one line each, the path said once.
+    cron.clear()
+    graph = b.find("textarea.mono")
+    graph.clear()
+    graph.send_keys(
+        json.dumps(
+            {"nodes": [{"id": "a", "componentId": "nope"}, {"id": "b", "componentId": "nada"}], "edges": []}
+        )
+    )
+    b.expected_failures.append((rf"/flows/{flow_id}(\s|$)", 400))
+    b.click_text("button", "Save")
+    graph_error = f"#{graph.get_attribute('id')}-error"
+    b.wait_text(graph_error, "nada")
+    lines = [el.text for el in b.find_all(f"{graph_error} .field-problem")]
+    assert len(lines) == 3, lines  # two unknown components, and no edge
+    for line in lines:
+        path = line.split(":", 1)[0]
+        assert line.count(path) == 1, lines
     b.click_text("a", "Cancel")
 
     # Text from the API is text: a flow named like markup shows as typed and runs nothing.

@@ -59,7 +59,8 @@ function field(label, control, help) {
 function setFieldError(control, messages) {
   const err = document.getElementById(`${control.id}-error`);
   if (!err) return;
-  err.textContent = messages.join(" ");
+  // One line per problem, not run together.
+  err.replaceChildren(...messages.map((m) => h("span", { class: "field-problem" }, m)));
   err.hidden = messages.length === 0;
   if (messages.length) control.setAttribute("aria-invalid", "true");
   else control.removeAttribute("aria-invalid");
@@ -101,8 +102,13 @@ function errorBox(err) {
   return h(
     "div",
     { class: "alert", role: "alert" },
-    h("ul", {}, errors.map((e) => h("li", {}, e.field ? `${e.field}: ${e.message}` : e.message))),
+    h("ul", {}, errors.map((e) => h("li", {}, problemText(e)))),
   );
+}
+
+// A problem as one line: its field first, unless the server's message already starts with it.
+function problemText(e) {
+  return e.field && !e.message.startsWith(`${e.field}:`) && !e.message.startsWith(e.field + " ") ? `${e.field}: ${e.message}` : e.message;
 }
 
 function emptyState(text, action) {
@@ -126,7 +132,7 @@ function copyButton(text, label) {
 
 class ApiError extends Error {
   constructor(status, errors) {
-    super(errors.map((e) => e.message).join(" "));
+    super(errors.map((e) => e.message).join("; "));
     this.status = status;
     this.errors = errors;
   }
@@ -813,7 +819,7 @@ async function viewEditor(id) {
             const control = controls[top];
             if (control) {
               if (!byControl.has(control)) byControl.set(control, []);
-              byControl.get(control).push(e.field === top ? e.message : `${e.field}: ${e.message}`);
+              byControl.get(control).push(e.field === top ? e.message : problemText(e));
             } else rest.push(e);
           }
           for (const [control, messages] of byControl) setFieldError(control, messages);
