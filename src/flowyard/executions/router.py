@@ -13,11 +13,11 @@ from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.clock import utcnow
 from flowyard.errors import InvalidInput, Problem
-from flowyard.executions import service
+from flowyard.executions import replay, service
 from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
 from flowyard.flows.service import check_id
 from flowyard.iam.deps import Caller
-from flowyard.queue.notify import WORK
+from flowyard.queue.notify import WORK, finished_messages
 
 router = APIRouter()
 
@@ -49,7 +49,7 @@ async def run_flow(
 
 ExecutionStatus = Annotated[
     str | None,
-    Query(alias="filter[status]", description="queued, running, succeeded, failed or cancelled"),
+    Query(alias="filter[status]", description="queued, running, waiting, succeeded, failed or cancelled"),
 ]
 
 
@@ -112,6 +112,69 @@ async def get_execution(
     async with db.read() as session:
         e = await service.get_execution(session, caller, id)
     return single({**service.to_dict(e), "steps": service.steps_of(e)})
+
+
+async def _replayed(request: Request, db: DB, caller: Caller, id: str, how: Any) -> JSONOut:
+    notifier = request.app.state.notifier
+    async with db.write() as session:
+        e = await how(session, caller, id)
+        await notifier.stage(session, [WORK])
+    notifier.committed([WORK])
+    engine = request.app.state.engine
+    if engine is not None:
+        engine.wake_worker()
+    return single(service.to_dict(e), 202)
+
+
+@router.post(
+    "/executions/{id}/retry",
+    tags=["executions"],
+    status_code=202,
+    response_model=Single[ExecutionOut],
+    responses=errors(400, 401, 403, 404, 409),
+    summary="Retry a failed or cancelled execution from the step it failed at, with that step's "
+    "input; the steps before it are carried over (tenant.flows.update)",
+)
+async def retry_execution(
+    id: Annotated[str, Path(description="Execution id.")], request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    return await _replayed(request, db, caller, id, replay.retry)
+
+
+@router.post(
+    "/executions/{id}/rerun",
+    tags=["executions"],
+    status_code=202,
+    response_model=Single[ExecutionOut],
+    responses=errors(400, 401, 403, 404, 409),
+    summary="Run a finished execution's trigger data again on the flow's current version "
+    "(tenant.flows.update)",
+)
+async def rerun_execution(
+    id: Annotated[str, Path(description="Execution id.")], request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    return await _replayed(request, db, caller, id, replay.rerun)
+
+
+@router.post(
+    "/executions/{id}/cancel",
+    tags=["executions"],
+    response_model=Single[ExecutionOut],
+    responses=errors(400, 401, 403, 404, 409),
+    summary="Cancel a queued, waiting or running execution; a running step is interrupted "
+    "(tenant.flows.update)",
+)
+async def cancel_execution(
+    id: Annotated[str, Path(description="Execution id.")], request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    notifier = request.app.state.notifier
+    async with db.write() as session:
+        e = await replay.cancel(session, caller, id)
+        # Whoever waits for it (a webhook's ?wait=) is answered now.
+        messages = finished_messages([(e.id, e.status, None, e.error)])
+        await notifier.stage(session, messages)
+    notifier.committed(messages)
+    return single(service.to_dict(e))
 
 
 def _parse_day(raw: str | None, name: str, default: date, problems: list[Problem]) -> date:

@@ -25,6 +25,11 @@ class Step(BaseModel):
     finishedAt: Timestamp
     error: str | None = None
     output: Any = Field(None, description="The data of the node's first few output messages.")
+    input: Any = Field(
+        None,
+        description="A failed step only: the message (data, metadata) it failed on, where "
+        "POST /executions/{id}/retry starts.",
+    )
 
 
 class ExecutionOut(BaseModel):
@@ -32,7 +37,7 @@ class ExecutionOut(BaseModel):
     flowId: str
     tenant: str | None = None
     user: str | None = Field(None, description="The flow's user owner.")
-    trigger: Literal["webhook", "cron", "manual"]
+    trigger: str = Field(description="webhook, cron, manual, event or error (an error flow's run).")
     status: ExecutionStatus
     attempts: int
     createdAt: Timestamp

@@ -76,6 +76,11 @@ class MutableFlow(BaseModel):
         description="Write-only. When set, webhooks must carry "
         'X-Flowyard-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + raw body>.',
     )
+    errorFlowId: str | None = Field(
+        None,
+        description="A flow (another one, sharing an owner with this one) started with trigger "
+        '"error" when an execution of this flow ends failed (SPEC §11). null clears it.',
+    )
 
 
 class Flow(BaseModel):
@@ -93,6 +98,7 @@ class Flow(BaseModel):
     lastExecutionAt: Timestamp | None = None
     fromTemplate: str | None = None
     webhookSigned: bool = False
+    errorFlowId: str | None = None
     createdAt: Timestamp
     updatedAt: Timestamp
 

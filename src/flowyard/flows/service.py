@@ -29,7 +29,7 @@ from flowyard.iam import permissions as perms
 from flowyard.iam import policy
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
-from flowyard.iam.visibility import owner_user_of
+from flowyard.iam.visibility import owner_user_of, shares_owner
 from flowyard.ids import new_id
 from flowyard.secrets import service as secrets
 
@@ -137,6 +137,7 @@ def to_dict(flow: Flow | Row) -> dict[str, Any]:
         "lastExecutionAt": isoformat(flow.last_execution_at) if flow.last_execution_at else None,
         "fromTemplate": flow.from_template,
         "webhookSigned": flow.webhook_secret is not None,
+        "errorFlowId": flow.error_flow_id,
         "createdAt": isoformat(flow.created_at),
         "updatedAt": isoformat(flow.updated_at),
     }
@@ -374,8 +375,30 @@ async def check_new_flow(session: AsyncSession, principal: Principal, flow: Flow
     its nodes' credentials are usable by its owners (create, array create, from a template)."""
     await check_user_owners(session, principal, flow.owners)
     problems = await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
+    problems += await error_flow_problems(session, principal, flow.id, flow.owners, flow.error_flow_id)
     if problems:
         raise InvalidInput(problems)
+
+
+async def error_flow_problems(
+    session: AsyncSession,
+    principal: Principal,
+    flow_id: str,
+    owners: list[dict[str, str]],
+    error_flow_id: str | None,
+) -> list[Problem]:
+    """``errorFlowId`` (SPEC §11) names another flow that the caller sees and that shares an
+    owner (a user or a tenant) with this flow, so its owners see it too. Whether it is active
+    is checked when it is started (a flow and its error flow are often saved before either
+    starts)."""
+    if error_flow_id is None:
+        return []
+    if error_flow_id == flow_id:
+        return [Problem("must name another flow, not this one", "errorFlowId")]
+    target = await session.scalar(sa.select(Flow).where(Flow.id == error_flow_id))
+    if target is None or not is_visible(principal, target) or not shares_owner(owners, target.owners):
+        return [Problem("must name a flow this flow's owners can see", "errorFlowId")]
+    return []
 
 
 async def start_problems(session: AsyncSession, flow: Flow, registry: Registry) -> list[Problem]:
@@ -417,6 +440,7 @@ def _apply(flow: Flow, clean: dict[str, Any], seal: Sealer | None) -> None:
     flow.owners = clean["owners"]
     if "webhookSecret" in clean:
         flow.webhook_secret = _sealed(clean["webhookSecret"], seal)
+    flow.error_flow_id = clean.get("errorFlowId")
 
 
 async def _write_owners(
@@ -471,6 +495,7 @@ def _merge_patch(flow: Flow, patch: Any) -> dict[str, Any]:
     if not isinstance(patch, dict):
         raise InvalidInput("The body must be a JSON object.")
     current: dict[str, Any] = {name: getattr(flow, name) for name in _MUTABLE}
+    current["errorFlowId"] = flow.error_flow_id
     merged = {**current, **patch}
     return {k: v for k, v in merged.items() if v is not None or k in ("name", "graph", "type")}
 
@@ -498,6 +523,11 @@ async def update_flow(
     _check_tenant_owners(principal, clean["owners"], kept=flow.owners)
     await check_user_owners(session, principal, clean["owners"], kept=flow.owners)
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
+    error_problems = await error_flow_problems(
+        session, principal, flow.id, clean["owners"], clean.get("errorFlowId")
+    )
+    if error_problems:
+        raise InvalidInput(error_problems)
     await _check_credentials_kept(session, flow, clean)
     values: dict[str, Any] = {
         "name": clean["name"],
@@ -509,6 +539,7 @@ async def update_flow(
         "cron": clean["cron"],
         "graph": clean["graph"],
         "owners": clean["owners"],
+        "error_flow_id": clean.get("errorFlowId"),
         "version": flow.version + 1,
         "updated_at": utcnow(),
     }

@@ -12,6 +12,7 @@ from flowyard.components.expressions import ExpressionError, compile_expression,
 from flowyard.components.registry import Registry
 from flowyard.errors import Problem
 from flowyard.flows.status import FlowStatus
+from flowyard.ids import is_valid_id
 
 FLOW_TYPES = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
 OWNER_TYPES = ("user", "tenant")
@@ -130,7 +131,7 @@ def validate_flow_body(
     for path in _nul_paths(body, ""):
         c.add(path, "must not contain NUL characters (U+0000)")
     allowed = {"name", "description", "graph", "type", "cron", "owners", "status"}
-    allowed |= {"tags", "shared"} if template else {"tenant", "webhookSecret"}
+    allowed |= {"tags", "shared"} if template else {"tenant", "webhookSecret", "errorFlowId"}
     for key in body:
         if key not in allowed and key not in READ_ONLY:
             c.add(key, "is not a known field")
@@ -143,6 +144,11 @@ def validate_flow_body(
         if secret is not None and len(secret) < 16:
             c.add("webhookSecret", "must be at least 16 characters")
         out["webhookSecret"] = secret
+        error_flow = body.get("errorFlowId")
+        if error_flow is not None and not (isinstance(error_flow, str) and is_valid_id(error_flow)):
+            c.add("errorFlowId", "must be a flow id (24 hex characters) or null")
+            error_flow = None
+        out["errorFlowId"] = error_flow
     status = body.get("status")
     if template:
         if status is not None and status not in ("published", "draft"):

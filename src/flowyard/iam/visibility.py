@@ -30,3 +30,10 @@ def owner_user_of(owners: Sequence[dict[str, str]]) -> str | None:
     """The user a flow's executions, counts and logs are charged to, and whose tenantless
     secrets a tenantless flow may use: the first ``user`` entry of its owners."""
     return next((o["id"] for o in owners if o.get("type") == "user"), None)
+
+
+def shares_owner(owners: Sequence[dict[str, str]], others: Sequence[dict[str, str]]) -> bool:
+    """Whether two flows have an owner (a user or a tenant) in common: an error flow must be
+    one the failing flow's owners see (SPEC §11)."""
+    mine = {(o.get("type"), o.get("id")) for o in owners}
+    return any((o.get("type"), o.get("id")) in mine for o in others)

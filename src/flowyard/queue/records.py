@@ -40,6 +40,9 @@ class StepRecord:
     error: str | None
     output: Any
     position: int
+    # The message (data and metadata) a failed step failed on: where a retry goes on from
+    # (``POST /executions/{id}/retry``, SPEC §11). None for a step that succeeded.
+    input: Any = None
 
 
 @dataclass

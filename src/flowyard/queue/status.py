@@ -62,7 +62,7 @@ MOVES: dict[tuple[ExecutionStatus, ExecutionStatus], str] = {
     (ExecutionStatus.RUNNING, ExecutionStatus.QUEUED): "reap (its worker died) or release (it stops)",
     (ExecutionStatus.RUNNING, ExecutionStatus.SUCCEEDED): "complete: the outcome",
     (ExecutionStatus.RUNNING, ExecutionStatus.FAILED): "complete; reap: died too often; claim: bad input",
-    (ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED): "complete: the flow is gone; stop grace over",
+    (ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED): "complete: flow gone; stop grace over; cancel",
     (ExecutionStatus.QUEUED, ExecutionStatus.CANCELLED): "cancel_unfinished: the stop grace is over; cancel",
     (ExecutionStatus.RUNNING, ExecutionStatus.WAITING): "complete: it parks until resume_at (SPEC §11)",
     (ExecutionStatus.WAITING, ExecutionStatus.QUEUED): "resume: it is due (or what it waits for came)",

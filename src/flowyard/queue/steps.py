@@ -28,6 +28,7 @@ def document(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
             "finishedAt": isoformat(s.finished_at),
             "error": s.error,
             "output": s.output,
+            **({"input": s.input} if s.input is not None else {}),
         }
         for s in sorted(steps, key=lambda s: s.position)
     ]
@@ -50,4 +51,5 @@ def record(doc: dict[str, Any], position: int) -> StepRecord:
         error=doc.get("error"),
         output=doc.get("output"),
         position=position,
+        input=doc.get("input"),
     )

@@ -25,7 +25,9 @@ from flowyard import isolate
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.flows.models import Flow
-from flowyard.iam.visibility import owner_user_of  # noqa: F401 - re-exported
+from flowyard.flows.status import FlowStatus
+from flowyard.iam.visibility import owner_user_of, shares_owner
+from flowyard.ids import new_id
 from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
 from flowyard.queue import counters, steps
@@ -51,6 +53,22 @@ class NewExecution:
     input: Any
     created_at: datetime
     scheduled_for: datetime | None = None
+    # SPEC §11: the continuation a replay starts from (queue/continuation.py), and the
+    # execution it comes from (a retry, a re-run, or the failure that started an error flow).
+    state: Any = None
+    retry_of: str | None = None
+    rerun_of: str | None = None
+    parent_execution_id: str | None = None
+
+    def extras(self) -> dict[str, Any]:
+        """The optional columns this execution sets (none for a trigger's execution)."""
+        values = {
+            "state": self.state,
+            "retry_of": self.retry_of,
+            "rerun_of": self.rerun_of,
+            "parent_execution_id": self.parent_execution_id,
+        }
+        return {k: v for k, v in values.items() if v is not None}
 
 
 def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
@@ -89,6 +107,7 @@ async def enqueue(
             "scheduled_for": e.scheduled_for,
             "attempts": 0,
             "queue_group": queue_group_of(e.tenant, e.owner_user),
+            **e.extras(),
         }
         for e in items
     ]
@@ -102,7 +121,14 @@ async def enqueue(
                 kept.append(e)
         inserted = kept
     else:
-        await session.execute(sa.insert(_EXECUTIONS), rows)
+        # Rows setting optional columns (replays, error flows: rare) one by one; an executemany
+        # needs the same columns in every row.
+        plain = [row for e, row in zip(items, rows, strict=True) if not e.extras()]
+        if plain:
+            await session.execute(sa.insert(_EXECUTIONS), plain)
+        for e, row in zip(items, rows, strict=True):
+            if e.extras():
+                await session.execute(sa.insert(_EXECUTIONS), [row])
     counts: Counter[tuple[Any, str]] = Counter()
     info: dict[str, NewExecution] = {}
     latest: dict[str, datetime] = {}
@@ -488,6 +514,8 @@ async def complete(
     logs = [entry for o in mine for entry in o.logs]
     if logs:
         await append_logs(session, logs)
+    # SPEC §11: a failed execution starts its flow's error flow, in this transaction.
+    await start_error_flows(session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED])
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine if count else ():
@@ -548,6 +576,7 @@ async def reap(
         e.lease_owner = None
         e.lease_expires_at = None
     await append_logs(session, _failure_entries(((e, e.error) for e in dead), now))
+    await start_error_flows(session, [e.id for e in dead])  # SPEC §11
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 
@@ -647,3 +676,183 @@ async def depth(session: AsyncSession) -> tuple[dict[str, int], float]:
     if oldest:
         age = max(0.0, utcnow().timestamp() - int(oldest[:8], 16))
     return counts, age
+
+
+# -- SPEC §11: cancel by request, and error flows --------------------------------------------
+
+
+async def cancel(session: AsyncSession, execution_id: str, reason: str) -> ExecutionStatus | None:
+    """Cancel one queued, waiting or running execution now (``POST /executions/{id}/cancel``);
+    returns the status it left, or None when it had finished (nothing moved).
+
+    A running one is cancelled in the row at once: its worker no longer holds it, so its outcome
+    is dropped (``complete``) and the worker interrupts its runner when it next renews its leases
+    (``cancelled_among``).
+    """
+    find = sa.select(Execution.status, Execution.flow_id, Execution.tenant, Execution.owner_user).where(
+        Execution.id == execution_id
+    )
+    if dialect_name(session) == "postgresql":
+        # Locked, so its status holds until this commits: a claimer skips it (SKIP LOCKED), a
+        # completion waits. SQLite: this write transaction is the only writer.
+        find = find.with_for_update()
+    row = (await session.execute(find)).first()
+    if row is None or row.status not in UNFINISHED:
+        return None
+    was = ExecutionStatus(row.status)
+    now = utcnow()
+    moved = await session.execute(
+        execution_status.update(was, ExecutionStatus.CANCELLED)
+        .where(Execution.id == execution_id)
+        .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None, resume_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        return None  # it moved meanwhile (finished, or cancelled by another request)
+    await append_logs(
+        session,
+        [
+            log_entry(
+                "warn",
+                f"execution {execution_id} {reason}",
+                tenant=row.tenant,
+                user_id=row.owner_user,
+                flow_id=row.flow_id,
+                execution_id=execution_id,
+                timestamp=now,
+            )
+        ],
+    )
+    return was
+
+
+async def cancelled_among(session: AsyncSession, ids: Sequence[str]) -> list[str]:
+    """Those of ``ids`` (executions a worker runs) that were cancelled meanwhile."""
+    if not ids:
+        return []
+    return list(
+        (
+            await session.scalars(
+                sa.select(Execution.id).where(
+                    Execution.id.in_(list(ids)), Execution.status == ExecutionStatus.CANCELLED
+                )
+            )
+        ).all()
+    )
+
+
+ERROR_TRIGGER = "error"  # the trigger (and metadata.source) of an error flow's execution
+
+
+def _loads(text: str | None) -> Any:
+    """Stored JSON read as text (as ``claim`` does): a value that cannot be read is None."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) -> list[str]:
+    """Queue one execution of its flow's error flow (``errorFlowId``) for each of ``failed_ids``
+    that ended failed (SPEC §11), in the caller's transaction; returns the new ids.
+
+    The error flow runs with trigger ``error`` and ``data = {"execution": {id, flowId, error,
+    step}, "input": <the trigger data>}``, its ``parentExecutionId`` the failed execution, and
+    is counted for the error flow. An error flow's own failures start nothing (no loops). An
+    error flow that is not active, or no longer shares an owner with the failed flow, is not
+    started: a ``warn`` entry in the failed execution's logs says so.
+    """
+    if not failed_ids:
+        return []
+    failed = (
+        await session.execute(
+            sa.select(
+                Execution.id,
+                Execution.flow_id,
+                Execution.tenant,
+                Execution.owner_user,
+                Execution.error,
+                sa.cast(Execution.input, sa.Text).label("input"),
+                sa.cast(Execution.steps, sa.Text).label("steps"),
+                Flow.error_flow_id,
+                sa.cast(Flow.owners, sa.Text).label("owners"),
+            )
+            .join(Flow, Flow.id == Execution.flow_id)
+            .where(
+                Execution.id.in_(list(failed_ids)),
+                Execution.status == ExecutionStatus.FAILED,
+                Execution.trigger != ERROR_TRIGGER,
+                Flow.error_flow_id.is_not(None),
+            )
+        )
+    ).all()
+    if not failed:
+        return []
+    targets = {
+        f.id: f
+        for f in (
+            await session.scalars(sa.select(Flow).where(Flow.id.in_({row.error_flow_id for row in failed})))
+        ).all()
+    }
+    now = utcnow()
+    items: list[NewExecution] = []
+    skipped: list[dict[str, Any]] = []
+    for row in failed:
+        target = targets.get(row.error_flow_id)
+        owners = _loads(row.owners) or []
+        why = None
+        if target is None:
+            why = "no longer exists"
+        elif target.status != FlowStatus.ACTIVE:
+            why = f"is not active (status {target.status})"
+        elif not shares_owner(owners, target.owners):
+            why = "shares no owner with this flow"
+        if why is not None or target is None:
+            skipped.append(
+                log_entry(
+                    "warn",
+                    f"error flow {row.error_flow_id} not started: it {why}",
+                    tenant=row.tenant,
+                    user_id=row.owner_user,
+                    flow_id=row.flow_id,
+                    execution_id=row.id,
+                    timestamp=now,
+                )
+            )
+            continue
+        step_docs = _loads(row.steps)
+        failed_step = next(
+            (
+                s.get("nodeId")
+                for s in (step_docs if isinstance(step_docs, list) else [])
+                if isinstance(s, dict) and s.get("status") == "failed"
+            ),
+            None,
+        )
+        items.append(
+            NewExecution(
+                id=new_id(),
+                flow_id=target.id,
+                flow_version=target.version,
+                flow_name=target.name,
+                tenant=target.tenant,
+                owner_user=owner_user_of(target.owners),
+                trigger=ERROR_TRIGGER,
+                input={
+                    "execution": {
+                        "id": row.id,
+                        "flowId": row.flow_id,
+                        "error": row.error,
+                        "step": failed_step,
+                    },
+                    "input": _loads(row.input),
+                },
+                created_at=now,
+                parent_execution_id=row.id,
+            )
+        )
+    if skipped:
+        await append_logs(session, skipped)
+    return await enqueue(session, items)

@@ -205,6 +205,7 @@ _STEP_FIELDS = (
     "error",
     "output",
     "position",
+    "input",  # a failed step's message, where a retry starts (SPEC §11)
 )
 
 

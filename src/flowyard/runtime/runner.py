@@ -154,6 +154,7 @@ class _Stats:
     finished_at: Any = None
     error: str | None = None
     outputs: list[Any] = field(default_factory=list)
+    failed_on: Any = None  # the message the step failed on (a retry starts from it)
 
 
 class StepFailed(Exception):
@@ -389,6 +390,7 @@ async def run_execution(
     except StepFailed as exc:
         error = exc
         stats[exc.node_id].error = exc.message
+        stats[exc.node_id].failed_on = message  # the message being delivered when it failed
     finished = utcnow()
     steps = [c for c in carried if c.node_id not in stats]
     for node_id, st in stats.items():
@@ -410,6 +412,7 @@ async def run_execution(
                 error=st.error,
                 output=_sample(st.outputs),
                 position=st.position,
+                input=st.failed_on,
             )
         )
         logs.append(

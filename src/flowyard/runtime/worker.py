@@ -392,8 +392,22 @@ class Worker:
                     await queue.renew(
                         session, worker_id=self.id, ids=ids, lease_seconds=self.settings.lease_seconds
                     )
+                await self._interrupt_cancelled(ids)
             except Exception:
                 log.exception("renewing leases failed")
+
+    async def _interrupt_cancelled(self, ids: Sequence[str]) -> None:
+        """Stop running what was cancelled meanwhile (``POST /executions/{id}/cancel``, SPEC §11):
+        the task is cancelled, so the pool tells the runner to cancel the running step (an awaiting
+        step stops at once; a step busy in CPU stops at its limits). Its outcome would be dropped
+        anyway (``queue.complete`` records only what is still running)."""
+        async with self.db.read() as session:
+            cancelled = await queue.cancelled_among(session, ids)
+        for eid in cancelled:
+            task = self._running.get(eid)
+            if task is not None:
+                log.info("execution %s was cancelled: interrupting it", eid)
+                task.cancel()
 
     async def _reaper(self) -> None:
         interval = max(self.settings.lease_seconds / 2, 0.5)
