@@ -576,7 +576,9 @@ async def reap(
         e.lease_owner = None
         e.lease_expires_at = None
     await append_logs(session, _failure_entries(((e, e.error) for e in dead), now))
-    await start_error_flows(session, [e.id for e in dead])  # SPEC §11
+    if dead:  # SPEC §11 (flushed first: start_error_flows reads them as failed)
+        await session.flush()
+        await start_error_flows(session, [e.id for e in dead])
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 
