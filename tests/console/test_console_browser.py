@@ -328,6 +328,17 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     rerun = api.get(f"/executions/{again}", headers=admin).json()["data"]
     assert rerun["trigger"] == "manual" and rerun["flowId"] == flow_id and rerun["input"] == {"id": "A-2"}
 
+    # Retry it from its failed step (SPEC §11): a new execution that names the one it retries;
+    # a finished execution offers Re-run, and no Cancel.
+    b.wait_text(".actions", "Re-run")
+    assert "Cancel execution" not in b.find("main .actions").text
+    b.click_text("button", "Retry")
+    b.wait("the retry's page", lambda d: again not in d.current_url)
+    retried = re.search(r"#/executions/([0-9a-f]{24})", d.current_url).group(1)  # type: ignore[union-attr]
+    b.wait_text(".status-line", "failed")
+    b.wait_text(".facts", "Retry of")
+    assert api.get(f"/executions/{retried}", headers=admin).json()["data"]["retryOf"] == again
+
     # Stop the flow.
     b.go(f"/flows/{flow_id}")
     b.wait_text(".status-line", r"\bactive\b")
@@ -395,9 +406,9 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.wait_text("main table tbody", "order received")
     b.check_page("logs")
 
-    # Counts: three executions today.
+    # Counts: four executions today (two webhooks, the run again and the retry).
     b.click_text("a", "Counts")
-    assert b.wait_text("#counts-total", "^3$")
+    assert b.wait_text("#counts-total", "^4$")
     assert len(b.find_all("canvas")) == 4
     b.check_page("counts")
 

@@ -928,6 +928,40 @@ async function viewExecution(id) {
       },
       "Run again with this input",
     );
+    // SPEC §11: retry from the failed step, re-run from the trigger data, cancel what is unfinished.
+    const act = (label, action, title) =>
+      h(
+        "button",
+        {
+          type: "button",
+          class: action === "cancel" ? "danger" : "secondary",
+          title,
+          onclick: async () => {
+            if (action === "cancel" && !confirm(`Cancel execution ${x.id}? A running step is interrupted.`)) return;
+            try {
+              const res = await api("POST", `/executions/${x.id}/${action}`);
+              if (action === "cancel") await load();
+              else navigate(`/executions/${res.data.id}`);
+            } catch (err) {
+              box.prepend(errorBox(err));
+            }
+          },
+        },
+        label,
+      );
+    const unfinished = ["queued", "waiting", "running"].includes(x.status);
+    const replays = [
+      x.status === "failed" || x.status === "cancelled" ? act("Retry", "retry", "Go on at the failed step with its input; the steps before it are not run again") : null,
+      unfinished ? null : act("Re-run", "rerun", "Run the trigger data again on the flow's current version"),
+      unfinished ? act("Cancel execution", "cancel", "Cancel it; a running step is interrupted") : null,
+    ];
+    const origin = x.retryOf
+      ? fact("Retry of", h("a", { href: `#/executions/${x.retryOf}`, class: "mono" }, x.retryOf))
+      : x.rerunOf
+        ? fact("Re-run of", h("a", { href: `#/executions/${x.rerunOf}`, class: "mono" }, x.rerunOf))
+        : x.parentExecutionId
+          ? fact("Started by", h("a", { href: `#/executions/${x.parentExecutionId}`, class: "mono" }, x.parentExecutionId))
+          : [];
     put(box, 
       h("div", { class: "status-line", "aria-live": "polite" }, h("span", {}, "Status "), badge(x.status), x.error ? h("span", { class: "status-message" }, x.error) : null),
       h(
@@ -940,18 +974,20 @@ async function viewExecution(id) {
         ...fact("Started", fmtTime(x.startedAt)),
         ...fact("Finished", fmtTime(x.finishedAt)),
         ...fact("Duration", duration(x.startedAt, x.finishedAt)),
+        ...(x.status === "waiting" && x.resumeAt ? fact("Resumes", fmtTime(x.resumeAt)) : []),
+        ...origin,
       ),
-      hasPermission("tenant.flows.update") ? h("div", { class: "actions" }, rerun) : null,
+      hasPermission("tenant.flows.update") ? h("div", { class: "actions" }, rerun, ...replays) : null,
       h("div", { class: "two-col" }, h("section", {}, h("h2", {}, "Input"), h("pre", { tabindex: 0 }, fmtJson(x.input))), h("section", {}, h("h2", {}, "Result"), h("pre", { tabindex: 0 }, x.result === null || x.result === undefined ? "—" : fmtJson(x.result)))),
       h("h2", {}, `Steps (${x.steps.length})`),
       x.steps.length
         ? h("ol", { class: "steps" }, x.steps.map((s) => stepCard(s, logsByStep.get(s.nodeId) || [], logs === null)))
-        : emptyState(x.status === "queued" || x.status === "running" ? "No step has finished yet; this page updates by itself." : "No step ran."),
+        : emptyState(["queued", "running", "waiting"].includes(x.status) ? "No step has finished yet; this page updates by itself." : "No step ran."),
     );
     return x;
   };
   const first = await load();
-  if (first.status === "queued" || first.status === "running") poll(load);
+  if (["queued", "running", "waiting"].includes(first.status)) poll(load);
 }
 
 function stepCard(step, logs, logsUnavailable) {
