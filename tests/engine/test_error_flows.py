@@ -174,8 +174,8 @@ async def test_the_reapers_failure_starts_the_error_flow(
     assert "abandoned" in run["input"]["execution"]["error"]
 
 
-async def test_error_flow_id_is_validated(engine_client: Client, factory: Factory) -> None:
-    c = engine_client
+async def test_error_flow_id_is_validated(client: Client, factory: Factory) -> None:
+    c = client
     tenant = await factory.tenant()
     member = await factory.user(tenant=tenant)
     stranger = await factory.user(tenant=await factory.tenant())
@@ -204,3 +204,12 @@ async def test_error_flow_id_is_validated(engine_client: Client, factory: Factor
     assert r.json()["data"]["errorFlowId"] == mine  # kept when not named
     r = await c.patch(f"/flows/{fid}", json={"errorFlowId": None}, headers=member.headers)
     assert r.status_code == 200 and r.json()["data"]["errorFlowId"] is None
+    # Start checks it again: an error flow deleted since the save stops the start (409).
+    other = (await c.post("/flows", json=failing_flow(errorFlowId=mine), headers=member.headers)).json()[
+        "data"
+    ]["id"]
+    assert (await c.delete(f"/flows/{mine}", headers=member.headers)).status_code == 200
+    r = await c.post(f"/flows/{other}/start", headers=member.headers)
+    assert r.status_code == 409, r.text
+    assert r.json()["errors"][0]["field"] == "errorFlowId"
+    assert "no longer a flow this flow's owners can see" in r.json()["errors"][0]["message"]

@@ -412,6 +412,14 @@ async def start_problems(session: AsyncSession, flow: Flow, registry: Registry) 
         saving=False,
     )
     problems += await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
+    if flow.error_flow_id is not None:
+        # Its error flow may have been deleted, or its owners changed, since the save. Whether it
+        # is active is judged when it is started (two flows may name each other).
+        target = await session.scalar(sa.select(Flow).where(Flow.id == flow.error_flow_id))
+        if target is None or not shares_owner(flow.owners, target.owners):
+            problems.append(
+                Problem("errorFlowId: no longer a flow this flow's owners can see", "errorFlowId")
+            )
     return problems
 
 
