@@ -253,6 +253,12 @@ async def _execution(ctx: Ctx) -> str:
     return await ctx.execution()
 
 
+async def _cancelled_execution(ctx: Ctx) -> str:
+    eid = await ctx.execution()
+    await ctx.as_admin("POST", f"/executions/{eid}/cancel")
+    return eid
+
+
 async def _template(ctx: Ctx) -> str:
     return await ctx.template()
 
@@ -558,6 +564,30 @@ ROWS: list[Row] = [
         (FLOWS_READ,),
         tenant_object(200),
         on(_execution, "/executions/{id}"),
+    ),
+    Row(
+        "POST",
+        "/executions/{id}/cancel",
+        "queued, of tenant A's flow",
+        (FLOWS_UPDATE,),
+        tenant_object(200),
+        on(_execution, "/executions/{id}/cancel"),
+    ),
+    Row(
+        "POST",
+        "/executions/{id}/retry",
+        "cancelled, of tenant A's active flow",
+        (FLOWS_UPDATE,),
+        tenant_object(202),
+        on(_cancelled_execution, "/executions/{id}/retry"),
+    ),
+    Row(
+        "POST",
+        "/executions/{id}/rerun",
+        "cancelled, of tenant A's active flow",
+        (FLOWS_UPDATE,),
+        tenant_object(202),
+        on(_cancelled_execution, "/executions/{id}/rerun"),
     ),
     Row("GET", "/icenter/executions", "counts", (), any_caller(200), url("/icenter/executions")),
     Row("GET", "/logs", "naming tenant A", (), _expect(200, 200, 200, 403, 403, 200, 403), _logs_of_a),
