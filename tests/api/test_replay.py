@@ -35,9 +35,11 @@ Client = httpx.AsyncClient
 
 
 @pytest.fixture
-def engine_settings(tmp_path: Path, db_url: str) -> Settings:
+def engine_settings(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The engine of conftest, with room for a long ``delay`` step to be interrupted and leases
-    renewed (and cancellations seen) every second."""
+    renewed (and cancellations seen) every second. The delay runs in its runner rather than
+    parking the execution (SPEC §11 parks delays longer than FLOWYARD_DELAY_PARK_SECONDS)."""
+    monkeypatch.setenv("FLOWYARD_DELAY_PARK_SECONDS", "3600")
     return Settings(
         data_dir=tmp_path,
         database_url=db_url,
