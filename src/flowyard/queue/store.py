@@ -756,6 +756,13 @@ def _loads(text: str | None) -> Any:
         return None
 
 
+def _owner_list(value: Any) -> list[dict[str, str]]:
+    """A flow's owners as stored, keeping only well-formed entries."""
+    if not isinstance(value, list):
+        return []
+    return [o for o in value if isinstance(o, dict) and isinstance(o.get("id"), str)]
+
+
 async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) -> list[str]:
     """Queue one execution of its flow's error flow (``errorFlowId``) for each of ``failed_ids``
     that ended failed (SPEC §11), in the caller's transaction; returns the new ids.
@@ -792,10 +799,21 @@ async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) ->
     ).all()
     if not failed:
         return []
+    # Columns, the owners as text decoded here: a flow row that cannot be read makes its error
+    # flow "not shared" rather than failing the transaction that records the failure.
     targets = {
         f.id: f
         for f in (
-            await session.scalars(sa.select(Flow).where(Flow.id.in_({row.error_flow_id for row in failed})))
+            await session.execute(
+                sa.select(
+                    Flow.id,
+                    Flow.version,
+                    Flow.name,
+                    Flow.tenant,
+                    Flow.status,
+                    sa.cast(Flow.owners, sa.Text).label("owners"),
+                ).where(Flow.id.in_({row.error_flow_id for row in failed}))
+            )
         ).all()
     }
     now = utcnow()
@@ -803,13 +821,14 @@ async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) ->
     skipped: list[dict[str, Any]] = []
     for row in failed:
         target = targets.get(row.error_flow_id)
-        owners = _loads(row.owners) or []
+        owners = _owner_list(_loads(row.owners))
+        target_owners = _owner_list(_loads(target.owners)) if target is not None else []
         why = None
         if target is None:
             why = "no longer exists"
         elif target.status != FlowStatus.ACTIVE:
             why = f"is not active (status {target.status})"
-        elif not shares_owner(owners, target.owners):
+        elif not shares_owner(owners, target_owners):
             why = "shares no owner with this flow"
         if why is not None or target is None:
             skipped.append(
@@ -840,7 +859,7 @@ async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) ->
                 flow_version=target.version,
                 flow_name=target.name,
                 tenant=target.tenant,
-                owner_user=owner_user_of(target.owners),
+                owner_user=owner_user_of(target_owners),
                 trigger=ERROR_TRIGGER,
                 input={
                     "execution": {
