@@ -44,7 +44,6 @@ class Model:
             seat = self.placement.seats[rid]
             assert seq in seat.jobs
         self.pending += [True] * plan.start_surge
-        self.pending += [False] * len(plan.recycle)  # replaced by a fresh base runner
         self.check()
 
     def check(self) -> None:
@@ -187,7 +186,7 @@ def test_a_cpu_kill_blames_the_burner_and_spares_the_rest() -> None:
     assert (death.culprit, death.rerun, death.suspects) == (2, [1, 3], [])
 
 
-def test_a_memory_death_with_company_makes_suspects_who_run_alone_in_fresh_runners() -> None:
+def test_a_memory_death_with_company_makes_suspects_who_run_alone() -> None:
     p = Placement(base=2, capacity=8, surge=0, quarantine_seconds=10)
     p.runner_up(1, surge=False, now=0)
     p.runner_up(2, surge=False, now=0)
@@ -198,9 +197,9 @@ def test_a_memory_death_with_company_makes_suspects_who_run_alone_in_fresh_runne
     assert placed[1] == placed[2] != placed[3], "tenants apart, one tenant together"
     death = p.died(placed[1], 1, "memory", 1)
     assert (death.culprit, death.suspects, death.quarantined) == (None, [1, 2], "t:a")
-    assert p.plan(1).place == [], "a suspect waits for a fresh runner"
+    assert p.plan(1).place == [], "a suspect waits for an empty runner"
     p.runner_up(3, surge=False, now=1)
-    assert p.plan(1).place == [(1, 3)]
+    assert p.plan(1).place == [(1, 3)], "alone, in the fresh replacement"
     p.submit(4, "t:a", 2)
     assert p.plan(2).place == [], "nothing beside a suspect; quarantined, so 4 waits to run alone"
     death = p.died(3, None, "memory", 2)

@@ -18,7 +18,9 @@ Placement:
   mixed.
 - An execution that must run *alone* (a suspect, or one of a quarantined group) takes an
   empty runner and nothing else is placed beside it; a suspect takes a *fresh* runner (one
-  that has run nothing yet), so what that runner does is the suspect's alone.
+  that has run nothing yet: the replacement of the runner that died, a surge runner) when
+  one is free, else any empty one. (Requiring a fresh runner for each suspect
+  cost a runner start per suspect: 32 suspects took over a minute on a busy machine.)
 
 Blame when a runner dies:
 
@@ -78,7 +80,6 @@ class Plan:
     place: list[tuple[int, int]] = field(default_factory=list)  # (execution seq, runner id)
     start_surge: int = 0  # surge runners to start
     retire: list[int] = field(default_factory=list)  # idle surge runners to stop
-    recycle: list[int] = field(default_factory=list)  # empty runners to replace by fresh ones
 
 
 @dataclass
@@ -198,7 +199,6 @@ class Placement:
         for t in sorted(self.tickets.values(), key=lambda t: (not t.suspect, t.since, t.seq)):
             if t.rid is None:
                 queues[t.group].append(t)
-        blocked_fresh: set[str] = set()
         blocked: set[str] = set()
         while queues:
             held = self._held()
@@ -209,7 +209,7 @@ class Placement:
                 alone = t.alone or g in self.quarantine
                 seat = self._seat_for(g, alone=alone, fresh=t.suspect)
                 if seat is None:
-                    (blocked_fresh if t.suspect else blocked).add(g)
+                    blocked.add(g)
                     del queues[g]  # first in, first out within a group
                     continue
                 self._board(seat, t, alone, now)
@@ -221,7 +221,7 @@ class Placement:
                 break
             if not progressed:
                 break
-        self._relieve(plan, blocked, blocked_fresh, now)
+        self._relieve(plan, blocked)
         for seat in list(self.seats.values()):
             if (
                 seat.surge
@@ -259,10 +259,10 @@ class Placement:
             ]
             if own:
                 return min(own, key=lambda s: (len(s.jobs), s.rid))
-        free = [s for s in self.seats.values() if self._usable(s) and not s.jobs and (s.fresh or not fresh)]
+        free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
         if not free:
             return None
-        # Keep fresh runners for suspects when another will do.
+        # Fresh runners for suspects first; others take a used one when there is one.
         return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
 
     def _board(self, seat: Seat, t: Ticket, alone: bool, now: float) -> None:
@@ -282,37 +282,24 @@ class Placement:
         seat.draining = False
         seat.idle_since = now
 
-    def _relieve(self, plan: Plan, blocked: set[str], blocked_fresh: set[str], now: float) -> None:
-        """Groups that could not be placed: a surge runner, a fresh runner, or a drain."""
+    def _relieve(self, plan: Plan, blocked: set[str]) -> None:
+        """Groups without a runner that could not be placed: a surge runner, or a drain."""
         held = self._held()
-        starting_base = sum(not s.surge for s in self.seats.values()) < self.base
+        if sum(not s.surge for s in self.seats.values()) < self.base:
+            return  # runners are on their way (start-up, a replacement)
         surge_up = sum(s.surge for s in self.seats.values())
-        needy = sorted(
-            {g for g in blocked if held.get(g, 0) == 0} | blocked_fresh,
-            key=lambda g: held.get(g, 0),
-        )
         drains_needed = 0
-        for g in needy:
-            if starting_base:
-                break  # runners are on their way (start-up, a replacement)
+        for _ in range(sum(held.get(g, 0) == 0 for g in blocked)):
             if surge_up + self.surge_starting < self.surge:
                 self.surge_starting += 1
                 plan.start_surge += 1
-                continue
-            if g in blocked_fresh:
-                spare = [s for s in self.seats.values() if self._usable(s) and not s.jobs and not s.fresh]
-                if spare:
-                    seat = min(spare, key=lambda s: s.rid)
-                    del self.seats[seat.rid]
-                    plan.recycle.append(seat.rid)
-                    continue
-            drains_needed += 1
+            else:
+                drains_needed += 1
         draining = sum(1 for s in self.seats.values() if s.draining and s.jobs)
         while draining < drains_needed:
             candidates = [s for s in self.seats.values() if s.jobs and not s.draining and not s.condemned]
             if not candidates:
                 break
-            held = self._held()
             victim = min(candidates, key=lambda s: (-held.get(s.group or "", 0), s.owned_since, s.rid))
             victim.draining = True
             draining += 1

@@ -146,7 +146,7 @@ class _Runner:
     slot: Slot
     rid: int = 0
     surge: bool = False
-    retiring: bool = False  # stopped by placement (idle surge, recycled): nobody to blame
+    retiring: bool = False  # an idle surge runner stopped by placement: nobody to blame
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     dead: bool = False
@@ -284,7 +284,7 @@ class RunnerPool:
             self._send_job(r, job)
         for _ in range(plan.start_surge):
             self._spawn(next(self._surge_index), delay=0.0, surge=True)
-        for rid in plan.retire + plan.recycle:
+        for rid in plan.retire:
             if (r := by_rid.get(rid)) is not None:
                 r.retiring = True
                 _sigkill(r)
@@ -473,8 +473,6 @@ class RunnerPool:
         r.jobs.clear()
         if r.retiring and not jobs:
             self.placement.gone(r.rid)
-            if not r.surge:
-                self._spawn(r.index, delay=0.0)  # recycled: a fresh runner for a suspect
             return
         metrics.runner_killed(limit)
         kind = "crash" if limit.startswith("crash:") else limit
