@@ -1,11 +1,11 @@
 """The victim benchmark (issue 17): does one tenant's attack slow down another tenant?
 
-    .venv/bin/python bench/victim.py [--b 100] [--bombs 50] [--burners 50] [--burn 300000]
+    .venv/bin/python bench/victim.py [--b 100] [--bombs 50] [--burners 50] [--burn 1000000]
                                      [--rate 20] [--keep]
 
 Starts `flowyard serve` (SQLite) and, as the administrator, two tenants with one member
-each. Tenant B's flow is webhook -> jsonata `$count([1..burn])` (about 0.3 s of CPU with
-the default) -> log; tenant A's flows are a memory bomb (`[1..10000].[1..10000]`) and a CPU
+each. Tenant B's flow is webhook -> jsonata `$count([1..burn])` -> log (set `--burn` so
+that one of B's executions burns about 0.3 s of CPU: B's p50 without the attack shows it); tenant A's flows are a memory bomb (`[1..10000].[1..10000]`) and a CPU
 burner (an endless recursion). Then, twice:
 
 1. without the attack: B's `--b` executions, posted at `--rate` per second;
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--b", type=int, default=100, help="tenant B's executions per run")
     parser.add_argument("--bombs", type=int, default=50, help="tenant A's memory bombs")
     parser.add_argument("--burners", type=int, default=50, help="tenant A's CPU burners")
-    parser.add_argument("--burn", type=int, default=300000, help="B's step: $count([1..burn])")
+    parser.add_argument("--burn", type=int, default=1000000, help="B's step: $count([1..burn])")
     parser.add_argument("--rate", type=float, default=20.0, help="B's webhooks per second")
     parser.add_argument("--cpu-seconds", type=float, default=2.0, help="FLOWYARD_EXECUTION_CPU_SECONDS")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a run to finish")
