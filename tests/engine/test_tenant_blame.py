@@ -9,20 +9,24 @@ A's executions fail, each with its limit named."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
 
+from flowyard.components.registry import Registry
 from flowyard.db.session import Database
 from flowyard.queue.models import Execution
+from flowyard.runtime.pool import RunnerPool
 from tests.conftest import Factory, flow_body, wait_until
 from tests.engine.test_containment import BOMB, RUNAWAY, _jsonata_flow
 from tests.engine.test_engine_e2e import active_flow
+from tests.engine.test_pool import _claimed, _delay, _jsonata, _spec, pool
 from tests.netfixtures import MakeClient, configured
 
-__all__ = ["configured"]
+__all__ = ["configured", "pool"]
 
 pytestmark = [pytest.mark.slow]
 
@@ -93,3 +97,74 @@ async def test_a_tenants_bombs_fail_only_its_own_executions(
     async with db.read() as session:
         attempts = await session.scalars(sa.select(Execution.attempts).where(Execution.id.in_(innocent)))
         assert set(attempts) == {1}, "re-run inside the pool, never handed back to the queue"
+
+
+# -- the pool alone, with real runner processes -----------------------------------------
+
+
+def _running(pool: RunnerPool) -> list[tuple[int, bool]]:
+    return sorted((r["running"], r["surge"]) for r in pool.stats()["runners"] if r["ready"])
+
+
+async def _until(pool: RunnerPool, want: list[tuple[int, bool]]) -> None:
+    async def seen() -> bool:
+        return _running(pool) == want
+
+    try:
+        await wait_until(seen, within=30)
+    except AssertionError:
+        raise AssertionError(f"runners (running, surge) {_running(pool)}, not {want}") from None
+
+
+@pytest.mark.parametrize("pool", [{"runner_surge": 1}], indirect=True)
+async def test_another_tenant_gets_a_surge_runner_not_a_seat_beside(
+    pool: RunnerPool, registry: Registry
+) -> None:
+    """One runner (FLOWYARD_RUNNERS=1) holding tenant t-1's executions: t-2's goes to a surge
+    runner of its own, never into the runner t-1's are aboard."""
+    slow = _spec(registry, _delay(8))
+    await _until(pool, [(0, False)])  # started
+    mine = [pool.run(slow, _claimed(slow, {"n": i})) for i in range(2)]
+    theirs = dataclasses.replace(_claimed(slow, {"n": 9}), tenant="t-2")
+    runs = asyncio.gather(*mine, pool.run(slow, theirs))
+    await _until(pool, [(1, True), (2, False)])
+    assert [o.status for o in await runs] == ["succeeded"] * 3
+
+
+@pytest.mark.parametrize("pool", [{"runner_surge": 0}], indirect=True)
+async def test_without_surge_another_tenant_waits_for_the_runner_to_empty(
+    pool: RunnerPool, registry: Registry
+) -> None:
+    slow = _spec(registry, _delay(1.5))
+    await _until(pool, [(0, False)])
+    first = asyncio.ensure_future(pool.run(slow, _claimed(slow)))
+    await _until(pool, [(1, False)])
+    theirs = dataclasses.replace(_claimed(slow, {"n": 9}), tenant="t-2")
+    second = asyncio.ensure_future(pool.run(slow, theirs))
+    mine_later = asyncio.ensure_future(pool.run(slow, _claimed(slow, {"n": 2})))
+    await wait_until(lambda: _async(theirs.id in pool.waiting_ids()))
+    assert _running(pool) == [(1, False)], "t-2 is not placed beside t-1, and the runner drains"
+    assert [o.status for o in await asyncio.gather(first, second, mine_later)] == ["succeeded"] * 3
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.parametrize("pool", [{"runner_memory_mb": 128}], indirect=True)
+async def test_suspects_of_a_memory_death_run_again_alone_and_only_the_bomb_fails(
+    pool: RunnerPool, registry: Registry
+) -> None:
+    """A memory death with company has no certain culprit: every execution aboard runs again
+    alone; the bomb kills its runner again and fails, the others succeed, none of them blamed."""
+    slow = _spec(registry, _delay(1.5), _jsonata("n + 1"))
+    bomb = _spec(registry, _jsonata(BOMB))
+    await _until(pool, [(0, False)])
+    runs = [pool.run(slow, _claimed(slow, {"n": i})) for i in range(3)]
+    gathered = asyncio.gather(*runs)
+    await _until(pool, [(3, False)])
+    bad = await pool.run(bomb, _claimed(bomb))
+    assert bad.status == "failed" and bad.error == "step calc exceeded the 128 MiB memory limit"
+    good = await gathered
+    assert [(o.status, o.result) for o in good] == [("succeeded", {"data": i + 1}) for i in range(3)]
+    assert pool.isolated == 4 and pool.limit_kills == 2
