@@ -236,6 +236,21 @@ class Settings(BaseSettings):
     runner_concurrency: int = Field(
         32, ge=1, description="Executions one runner process runs at once (they overlap while awaiting)."
     )
+    runner_surge: int = Field(
+        2,
+        ge=0,
+        description="Extra runner processes an engine may start when a tenant needs a runner and every "
+        "runner holds another tenant's executions (tenants never share a runner).",
+    )
+    runner_surge_idle_seconds: float = Field(
+        30.0, gt=0, description="Seconds a surge runner may stay idle before it is stopped."
+    )
+    runner_quarantine_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="After a runner of a tenant died with several executions aboard, that tenant's next "
+        "executions run alone, one per runner, for this many seconds (0: no quarantine).",
+    )
     execution_cpu_seconds: float = Field(
         10.0, gt=0, description="CPU time one execution may use; past it its runner is killed."
     )
