@@ -364,7 +364,7 @@ async def run_execution(
             if deadline is not None and time.monotonic() >= deadline:
                 st.finished_at = st.finished_at or utcnow()
                 raise LimitExceeded(node_id, limit_message("wall", settings))
-            if item.attempt == 0 and not item.resumed:
+            if item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
                 st.runs += 1
                 st.messages_in += 1
             while True:  # the attempts at this message
