@@ -162,7 +162,12 @@ LOG = Component.single(
 
 
 class DelayFields(_Fields):
-    seconds: float = Field(ge=0, le=3600, description="How long to wait before passing the message on.")
+    seconds: float = Field(
+        ge=0,
+        le=30 * 86400,
+        description="How long to wait before passing the message on (at most 30 days); more than "
+        "FLOWYARD_DELAY_PARK_SECONDS parks the execution durably.",
+    )
 
 
 async def delay(message: Message, ctx: StepContext) -> Message:

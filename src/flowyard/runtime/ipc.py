@@ -230,7 +230,8 @@ def outcome_to_wire(o: Outcome) -> list[Any]:
 def outcome_from_wire(w: Any, claimed: Claimed, flow_id: str, nodes: set[str]) -> Outcome:
     """Rebuild a runner's outcome; identity fields come from the engine, not the runner."""
     try:
-        status, result, error, finished_at, steps, logs, resume_at, state = w
+        status, result, error, finished_at, steps, logs, *parked = w
+        resume_at, state = (*parked, None, None)[:2]  # a parked outcome's (SPEC §11)
         if status not in ("succeeded", "failed", "waiting") or (status == "waiting") != bool(resume_at):
             raise ProtocolError(f"status {status!r}")
         records = []
