@@ -141,7 +141,8 @@ async def test_retry_after_is_honoured_and_a_long_wait_parks(
     c = engine_client
     member = await factory.user(tenant=await factory.tenant())
     policy = {"maxAttempts": 3, "initialInterval": 0.1, "maxInterval": 30, "jitter": 0}
-    fid = await active_flow(c, member, _flow(_call(f"{upstream}/ra?fail=1&code=429&after=2", policy)))
+    call = _call(f"{upstream}/ra?fail=1&code=429&after=2", policy, idempotencyHeader=True)
+    fid = await active_flow(c, member, _flow(call))
     r = await c.post(f"/webhooks/{fid}", json={})
     eid = r.json()["data"]["executionId"]
 
@@ -155,6 +156,8 @@ async def test_retry_after_is_honoured_and_a_long_wait_parks(
     assert e["status"] == "succeeded" and _step(e, "call")["attempts"] == 2
     arrivals = _Flaky.seen["ra"]
     assert len(arrivals) == 2 and arrivals[1]["at"] - arrivals[0]["at"] >= 2.0
+    # The key survives the park: the resumed attempt sends the same one.
+    assert arrivals[0]["key"] == arrivals[1]["key"] == f"{eid}:call:0"
     if seen["status"] == "waiting":  # (it may have finished before the first look)
         assert seen["resumeAt"] is not None
         assert _step(seen, "call")["status"] == "waiting"
