@@ -49,7 +49,7 @@ async def run_flow(
 
 ExecutionStatus = Annotated[
     str | None,
-    Query(alias="filter[status]", description="queued, running, succeeded, failed or cancelled"),
+    Query(alias="filter[status]", description="queued, running, waiting, succeeded, failed or cancelled"),
 ]
 
 
