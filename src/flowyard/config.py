@@ -202,6 +202,19 @@ class Settings(BaseSettings):
         "at 503) before it stops accepting, so a load balancer takes it out first.",
     )
     step_timeout: float = Field(60.0, gt=0, description="Timeout of one component call (seconds).")
+    delay_park_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="A wait (a delay step, or the interval before a step's next attempt) longer than "
+        "this parks the execution durably (status waiting): it holds no runner, slot, transaction or "
+        "lease until it is due. Shorter waits are slept in the runner.",
+    )
+    resume_poll_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="How often each engine looks for waiting executions that are due (it also wakes "
+        "at the next due time it knows of).",
+    )
     max_messages: int = Field(10_000, ge=1, description="Messages one execution may produce in all.")
     max_output_bytes: int = Field(
         8 * 1024 * 1024,
@@ -235,6 +248,21 @@ class Settings(BaseSettings):
     )
     runner_concurrency: int = Field(
         32, ge=1, description="Executions one runner process runs at once (they overlap while awaiting)."
+    )
+    runner_surge: int = Field(
+        2,
+        ge=0,
+        description="Extra runner processes an engine may start when a tenant needs a runner and every "
+        "runner holds another tenant's executions (tenants never share a runner).",
+    )
+    runner_surge_idle_seconds: float = Field(
+        30.0, gt=0, description="Seconds a surge runner may stay idle before it is stopped."
+    )
+    runner_quarantine_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="After a runner of a tenant died with several executions aboard, that tenant's next "
+        "executions run alone, one per runner, for this many seconds (0: no quarantine).",
     )
     execution_cpu_seconds: float = Field(
         10.0, gt=0, description="CPU time one execution may use; past it its runner is killed."

@@ -39,6 +39,7 @@ def engine_settings(tmp_path: Path, db_url: str) -> Settings:
         step_timeout=5,
         webhook_group_commit_ms=1,
         runners=1,  # every tenant's code in the same runner process: the hardest case for leaks
+        runner_surge=0,  # (one tenant after another: a runner holds one tenant at a time)
         code_cpu_seconds=CPU,
         code_memory_mb=MEMORY,
     )

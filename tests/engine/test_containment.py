@@ -167,7 +167,9 @@ def _hostile_flows_are_contained(c: Cluster, db_url: str, engine: str, metrics_u
         assert [a for (a,) in attempts] == [1, 1], "a poison execution is never handed out again"
         kills = samples(httpx.get(metrics_url).text)
         assert value(kills, "flowyard_runner_kills_total", reason="cpu") == 1
-        assert value(kills, "flowyard_runner_kills_total", reason="memory") == 1
+        # 2 when the bomb had company when it first killed its runner: then every execution
+        # aboard is a suspect and runs again alone, and the bomb kills a runner once more.
+        assert value(kills, "flowyard_runner_kills_total", reason="memory") in (1, 2)
         assert value(kills, "flowyard_runner_kills_total", reason="crash") == 0
         print(f"/health: {len(sampler.latencies)} probes, p99 {sampler.p99() * 1000:.1f} ms")
         assert len(sampler.latencies) > 100

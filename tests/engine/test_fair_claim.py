@@ -135,7 +135,8 @@ async def test_webhook_of_a_quiet_tenant_completes_despite_a_backlog(
     """End to end: tenant A's 10,000 queued executions each hold a worker slot for 2 s, so
     first-come-first-served would make tenant B wait minutes; fair claiming runs B's at the
     next free slot."""
-    c = await configured(worker_concurrency=16, max_running_per_tenant=0)  # fairness alone
+    # Fairness alone; the delay is slept in the runner (it holds its slot), not parked.
+    c = await configured(worker_concurrency=16, max_running_per_tenant=0, delay_park_seconds=3600)
     ta, tb = await factory.tenant(), await factory.tenant()
     alice, bob = await factory.user(tenant=ta), await factory.user(tenant=tb)
     slow: dict[str, Any] = flow_body(

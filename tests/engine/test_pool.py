@@ -72,6 +72,8 @@ async def pool(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
         runners=1,
         execution_cpu_seconds=1.0,
         step_timeout=10,
+        # These tests hold a runner with a delay step: slept in the runner, not parked.
+        delay_park_seconds=3600,
         **overrides,
     )
     p = RunnerPool(settings)

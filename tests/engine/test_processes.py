@@ -49,6 +49,9 @@ class Cluster:
             "FLOWYARD_ADMIN_PASSWORD": ADMIN[1],
             "FLOWYARD_LEASE_SECONDS": "2",
             "FLOWYARD_POLL_INTERVAL": "0.1",
+            # These tests hold executions running with delay steps: slept in the runner (held),
+            # not parked as waiting (SPEC §11; test_failure_durability covers parking).
+            "FLOWYARD_DELAY_PARK_SECONDS": "3600",
             "FLOWYARD_SCHEDULER_INTERVAL": "0.2",
             "FLOWYARD_STOP_GRACE_SECONDS": "5",
             "FLOWYARD_LOG_LEVEL": "warning",

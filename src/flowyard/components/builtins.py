@@ -21,10 +21,7 @@ from flowyard.components.expressions import (
 )
 from flowyard.components.netpolicy import redact_url, refusal_of, scrub_userinfo
 from flowyard.components.registry import Component, Message
-
-
-class ComponentError(Exception):
-    """A step failed for a reason its author can state; the text goes into the logs."""
+from flowyard.components.retry import ComponentError, NonRetryable, Park, parse_retry_after
 
 
 def _expr(value: str) -> str:
@@ -72,7 +69,7 @@ class JsonataFields(_Fields):
 async def jsonata_transform(message: Message, ctx: StepContext) -> Message:
     result = compile_expression(ctx.fields.expression).evaluate(message["data"])
     if result is None:
-        raise ComponentError(f"expression {ctx.fields.expression!r} yielded no value")
+        raise NonRetryable(f"expression {ctx.fields.expression!r} yielded no value")
     return {"data": result, "metadata": message["metadata"]}
 
 
@@ -126,7 +123,7 @@ async def split_array(message: Message, ctx: StepContext) -> list[Message]:
     items = value if isinstance(value, list) else [value]
     budget = ctx.settings.max_messages
     if len(items) > budget:
-        raise ComponentError(f"split would emit {len(items)} messages; the limit per execution is {budget}")
+        raise NonRetryable(f"split would emit {len(items)} messages; the limit per execution is {budget}")
     meta = message["metadata"]
     return [{"data": item, "metadata": {**meta, "splitIndex": i}} for i, item in enumerate(items)]
 
@@ -165,17 +162,30 @@ LOG = Component.single(
 
 
 class DelayFields(_Fields):
-    seconds: float = Field(ge=0, le=3600, description="How long to wait before passing the message on.")
+    seconds: float = Field(
+        ge=0,
+        le=30 * 86400,
+        description="How long to wait before passing the message on (at most 30 days); more than "
+        "FLOWYARD_DELAY_PARK_SECONDS parks the execution durably.",
+    )
 
 
 async def delay(message: Message, ctx: StepContext) -> Message:
-    await asyncio.sleep(ctx.fields.seconds)
+    """A wait longer than FLOWYARD_DELAY_PARK_SECONDS parks the execution durably (SPEC §11:
+    it holds no runner or slot meanwhile); a shorter one sleeps here."""
+    seconds = ctx.fields.seconds
+    if ctx.resumed:
+        return message  # parked for it already: the wait is over
+    if seconds > ctx.settings.delay_park_seconds:
+        raise Park(seconds)
+    await asyncio.sleep(seconds)
     return message
 
 
 DELAY = Component.single(
     "delay",
-    "Wait, then pass the message on (bounded by the step timeout).",
+    "Wait, then pass the message on; a wait of more than FLOWYARD_DELAY_PARK_SECONDS parks the "
+    "execution (status waiting) and holds nothing meanwhile.",
     "delay",
     delay,
     DelayFields,
@@ -268,6 +278,11 @@ class HttpFields(_Fields):
     )
     timeout: float = Field(30.0, gt=0, le=300)
     failOnError: bool = Field(True, description="Fail the step on a 4xx/5xx answer.")
+    idempotencyHeader: bool = Field(
+        False,
+        description="Send the step's idempotency key (stable across retries and redeliveries) as "
+        "the Idempotency-Key request header.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -287,6 +302,11 @@ class HttpFields(_Fields):
             except ExpressionError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+
+# Answers another attempt may mend (SPEC §11): server errors, request timeout, too early, too many
+# requests. Any other 4xx is the request's own fault: no retry.
+_RETRYABLE_STATUS = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 
 
 def _size(n: int) -> str:
@@ -319,7 +339,7 @@ def _render_url(template: str, data: Any) -> str:
         before, _, tail = rest.partition("{{")
         expr, sep, rest = tail.partition("}}")
         if not sep:
-            raise ComponentError(f"unclosed '{{{{' in url {redact_url(template)!r}")
+            raise NonRetryable(f"unclosed '{{{{' in url {redact_url(template)!r}")
         value = compile_expression(expr.strip()).evaluate(data)
         out += before + ("" if value is None else str(value))
     return out + rest
@@ -332,7 +352,7 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     shown = redact_url(url)  # every error text below names the URL without its password
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ComponentError(f"url {shown!r} is not an http(s) URL")
+        raise NonRetryable(f"url {shown!r} is not an http(s) URL")
     headers = dict(f.headers)
     auth: httpx.Auth | None = None
     creds = ctx.credentials or {}
@@ -342,6 +362,8 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
         auth = httpx.BasicAuth(str(creds["username"]), str(creds.get("password", "")))
     for name, value in (creds.get("headers") or {}).items():
         headers[str(name)] = str(value)
+    if f.idempotencyHeader and ctx.idempotency_key:
+        headers["Idempotency-Key"] = ctx.idempotency_key
     body: Any = None
     if f.body is not None:
         body = apply_mapper(compile_mapper(f.body), data) if isinstance(f.body, dict | str) else f.body
@@ -363,12 +385,16 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
             await resp.aclose()
     except httpx.HTTPError as exc:
         refused = refusal_of(exc)
-        if refused is not None:
-            raise ComponentError(f"{f.method} {shown}: {scrub_userinfo(str(refused), url)}") from None
+        if refused is not None:  # the network policy: no retry makes it allowed
+            raise NonRetryable(f"{f.method} {shown}: {scrub_userinfo(str(refused), url)}") from None
         detail = scrub_userinfo(str(exc), url)
-        raise ComponentError(f"{f.method} {shown} failed: {type(exc).__name__}: {detail}") from None
-    if raw is None:
+        # Timeouts and connection errors: the far side may come back.
+        retryable = isinstance(exc, httpx.TransportError)
         raise ComponentError(
+            f"{f.method} {shown} failed: {type(exc).__name__}: {detail}", retryable=retryable
+        ) from None
+    if raw is None:
+        raise NonRetryable(
             f"{f.method} {shown}: the response body exceeds the {_size(cap)} limit "
             "(FLOWYARD_HTTP_MAX_RESPONSE_BYTES)"
         )
@@ -378,7 +404,13 @@ async def http_request(message: Message, ctx: StepContext) -> Message:
     except orjson.JSONDecodeError:
         content = raw.decode(resp.encoding or "utf-8", errors="replace")
     if f.failOnError and resp.status_code >= 400:
-        raise ComponentError(f"{f.method} {shown} answered {resp.status_code}")
+        code = resp.status_code
+        retry_after = parse_retry_after(resp.headers.get("retry-after")) if code in (429, 503) else None
+        raise ComponentError(
+            f"{f.method} {shown} answered {code}",
+            retryable=code in _RETRYABLE_STATUS,
+            retry_after=retry_after,
+        )
     return {
         "data": {"status": resp.status_code, "headers": dict(resp.headers), "body": content},
         "metadata": message["metadata"],

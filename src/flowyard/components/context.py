@@ -37,6 +37,13 @@ class StepContext:
     # The execution's owner user: with ``tenant``, whose files and pools a connector may use
     # (the sql component's SQLite sub-directory).
     owner_user: str | None = None
+    # Which attempt this is at this message (1-based; SPEC §11 retries).
+    attempt: int = 1
+    # Stable across the retries and redeliveries of this step on this message in this execution
+    # (not across a rerun): a connector passes it to the far side so a repeat has no second effect.
+    idempotency_key: str = ""
+    # The execution parked for this step on this message (a long ``delay``) and now goes on.
+    resumed: bool = False
 
     def log(self, level: str, message: str, data: Any = None) -> None:
         """Add an entry to the flow's logs (written with the step's result)."""

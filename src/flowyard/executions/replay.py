@@ -7,7 +7,7 @@ exists or not). The state conflicts answer 409:
 
 - retry: the execution is ``failed`` or ``cancelled``; its flow exists and is active; the step
   it failed at is still in the flow. It starts at that step with the message the step failed
-  on, the results of the steps that succeeded before carried over (``queue/continuation.py``),
+  on, the results of the other steps carried over (``queue/continuation.py``),
   not run again. An execution that failed before any step failed (its runner died too often,
   its flow could not be prepared) or was cancelled before a step failed starts from its
   trigger data.
@@ -130,7 +130,9 @@ async def retry(session: AsyncSession, principal: Principal, execution_id: str) 
                 f"Step {node} is no longer in flow {flow.id}; "
                 "re-run the execution from its trigger data instead."
             )
-        carried = [s for s in steps_of(source) if isinstance(s, dict) and s.get("status") == "succeeded"]
+        # Every other step's record (those that succeeded, and one that failed into a failure
+        # edge) is carried over; the failed step runs again.
+        carried = [s for s in steps_of(source) if isinstance(s, dict) and s.get("nodeId") != node]
         state = continuation.start_at(node, failed["input"], carried)
     return await _queue(session, flow, source, state=state, retry_of=source.id)
 

@@ -12,12 +12,24 @@ from flowyard.clock import Timestamp
 ExecutionStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
 
+class AttemptError(BaseModel):
+    attempt: int
+    startedAt: Timestamp
+    error: str
+
+
 class Step(BaseModel):
     nodeId: str
     componentId: str | None = None
     function: str | None = None
-    status: Literal["succeeded", "failed"]
+    status: Literal["succeeded", "failed", "waiting"] = Field(
+        description="`waiting`: the execution is parked at this step (a retry wait or a long delay)."
+    )
     runs: int = Field(description="How many times the node ran (once per arriving message).")
+    attempts: int = Field(1, description="Calls of the node, every retry included (SPEC §11).")
+    attemptErrors: list[AttemptError] = Field(
+        default_factory=list, description="Each failed attempt: its number, start time and error."
+    )
     messagesIn: int
     messagesOut: int
     durationMs: float

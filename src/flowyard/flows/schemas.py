@@ -18,6 +18,20 @@ class EdgeConfig(BaseModel):
     )
 
 
+class RetryPolicy(BaseModel):
+    """SPEC §11: a failed attempt runs again after min(maxInterval, initialInterval x
+    backoff^(n-1)) seconds, spread by ± jitter, until maxAttempts; errors the component marks
+    not retryable fail at once."""
+
+    maxAttempts: int = Field(1, ge=1, le=20, description="Attempts in all (1: no retry).")
+    initialInterval: float = Field(1.0, ge=0, description="Seconds before the second attempt.")
+    backoff: float = Field(2.0, ge=1, le=100, description="Factor the interval grows by per attempt.")
+    maxInterval: float = Field(
+        300.0, ge=0, description="Longest interval (seconds); a Retry-After within it is honoured."
+    )
+    jitter: float = Field(0.1, ge=0, le=1, description="Spread of each interval, ± this fraction.")
+
+
 class Node(BaseModel):
     id: str = Field(max_length=64)
     componentId: str | None = Field(None, description="An installed component (GET /components).")
@@ -28,6 +42,7 @@ class Node(BaseModel):
     name: str | None = None
     description: str | None = None
     fields: dict[str, Any] | None = Field(None, description="Arguments of the component.")
+    retry: RetryPolicy | None = Field(None, description="Retry policy of the step (SPEC §11).")
 
 
 class Edge(BaseModel):
@@ -35,6 +50,11 @@ class Edge(BaseModel):
     source: str
     target: str
     config: EdgeConfig | None = None
+    on: Literal["success", "failure"] = Field(
+        "success",
+        description='"failure": taken only when the source step failed after its last attempt; the '
+        "target receives {error: {message, step, component, attempts}, input} (SPEC §11).",
+    )
 
 
 class FlowGraph(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any
 from flowyard.components.cron import CronError, validate_cron
 from flowyard.components.expressions import ExpressionError, compile_expression, compile_mapper
 from flowyard.components.registry import Registry
+from flowyard.components.retry import validate_retry
 from flowyard.errors import Problem
 from flowyard.flows.status import FlowStatus
 from flowyard.ids import is_valid_id
@@ -30,8 +31,11 @@ READ_ONLY = frozenset(
         "__v",
     }
 )
-NODE_KEYS = frozenset({"id", "componentId", "credentials_id", "function", "name", "description", "fields"})
-EDGE_KEYS = frozenset({"id", "source", "target", "config"})
+NODE_KEYS = frozenset(
+    {"id", "componentId", "credentials_id", "function", "name", "description", "fields", "retry"}
+)
+EDGE_KEYS = frozenset({"id", "source", "target", "config", "on"})
+EDGE_ON = ("success", "failure")
 EDGE_CONFIG_KEYS = frozenset({"condition", "mapper"})
 MAX_NODES = 1000
 MAX_EDGES = 5000
@@ -311,6 +315,13 @@ def _node(c: Checker, node: Any, path: str, ids: set[str], registry: Registry) -
             c.add(f"{path}.fields{sub}", f"{message} (node {nid!r})" if nid else message)
     if fields is not None:
         out["fields"] = fields
+    retry = node.get("retry")
+    if retry is not None:  # SPEC §11
+        problems = validate_retry(retry)
+        for sub, message in problems:
+            c.add(f"{path}.retry{sub}", f"{message} (node {nid!r})" if nid else message)
+        if not problems:
+            out["retry"] = retry
     return out
 
 
@@ -335,6 +346,12 @@ def _edge(c: Checker, edge: Any, path: str, ids: set[str]) -> dict[str, Any] | N
             ok = False
         else:
             out[end] = value
+    on = edge.get("on")
+    if on is not None:  # SPEC §11: a failure edge is taken when its source failed for good
+        if on not in EDGE_ON:
+            c.add(f"{path}.on", 'must be "success" or "failure"')
+        elif on == "failure":
+            out["on"] = on
     config = edge.get("config")
     if config is not None:
         if not isinstance(config, dict):

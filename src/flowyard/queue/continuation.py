@@ -18,7 +18,12 @@ Shape (version 1)::
      ...}                                                                     # runner-private keys
 
 The runner may add keys of its own (documented where it writes them); readers ignore keys they
-do not know, so a continuation written by one version is read by the next.
+do not know, so a continuation written by one version is read by the next. A parked execution's
+continuation (``runtime/runner.py``) adds, per pending entry, ``index`` (the message's arrival
+number at its node: its idempotency key) and ``resumed`` (the execution parked for that node on
+that message: a long ``delay`` passes it on); and at the top ``enqueued`` (arrivals per node so
+far), ``emitted`` (messages so far, for FLOWYARD_MAX_MESSAGES), ``lastSink`` and ``reply`` (the
+result so far). An entry without ``index`` (a replay's) is a new arrival at its node.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ class StepRecord:
     error: str | None
     output: Any
     position: int
+    # SPEC §11: how many times the node was called (all messages, all retries), and the error
+    # and start time of each failed attempt ({"attempt", "startedAt", "error"}).
+    attempts: int = 1
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
     # The message (data and metadata) a failed step failed on: where a retry goes on from
     # (``POST /executions/{id}/retry``, SPEC §11). None for a step that succeeded.
     input: Any = None
@@ -52,9 +56,13 @@ class Outcome:
     tenant: str | None
     owner_user: str | None
     created_at: datetime
-    status: str  # succeeded | failed | cancelled
+    status: str  # succeeded | failed | cancelled | waiting (parked: resume_at and state)
     result: Any
     error: str | None
     finished_at: datetime
     steps: list[StepRecord] = field(default_factory=list)
     logs: list[dict[str, Any]] = field(default_factory=list)
+    # A parked execution (status ``waiting``): when it is due, and the continuation it goes on
+    # from (flowyard.queue.continuation).
+    resume_at: datetime | None = None
+    state: Any = None

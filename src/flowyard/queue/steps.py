@@ -28,6 +28,8 @@ def document(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
             "finishedAt": isoformat(s.finished_at),
             "error": s.error,
             "output": s.output,
+            "attempts": s.attempts,
+            "attemptErrors": s.attempt_errors,
             **({"input": s.input} if s.input is not None else {}),
         }
         for s in sorted(steps, key=lambda s: s.position)
@@ -51,5 +53,7 @@ def record(doc: dict[str, Any], position: int) -> StepRecord:
         error=doc.get("error"),
         output=doc.get("output"),
         position=position,
+        attempts=int(doc.get("attempts", doc.get("runs", 1))),
+        attempt_errors=list(doc.get("attemptErrors") or []),
         input=doc.get("input"),
     )

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import isolate
 from flowyard.clock import utcnow
+from flowyard.db.base import UTCDateTime
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
@@ -484,10 +485,33 @@ async def complete(
     if dialect_name(session) == "postgresql":
         held_q = held_q.with_for_update()
     held = set((await session.scalars(held_q)).all())
-    mine = [o for o in outcomes if o.execution_id in held]
+    parked = [o for o in outcomes if o.execution_id in held and o.status == ExecutionStatus.WAITING]
+    mine = [o for o in outcomes if o.execution_id in held and o.status != ExecutionStatus.WAITING]
+    table = _EXECUTIONS
+    if parked:
+        # Parked (SPEC §11): waiting until resume_at with its continuation; it holds no lease, and
+        # its run is not counted against the reaper's attempts (each resume is a new claim).
+        await session.execute(
+            execution_status.update(RUNNING, ExecutionStatus.WAITING)
+            .where(table.c.id == sa.bindparam("eid"))
+            .values(
+                steps=sa.bindparam("stp"),
+                state=sa.bindparam("sta"),
+                resume_at=sa.bindparam("due"),
+                lease_owner=None,
+                lease_expires_at=None,
+                attempts=0,
+            ),
+            [
+                {"eid": o.execution_id, "stp": steps.document(o.steps), "sta": o.state, "due": o.resume_at}
+                for o in parked
+            ],
+        )
+        park_logs = [entry for o in parked for entry in o.logs]
+        if park_logs:
+            await append_logs(session, park_logs)
     if not mine:
         return held
-    table = _EXECUTIONS
     await session.execute(
         execution_status.update(RUNNING, sa.bindparam("st"))
         .where(table.c.id == sa.bindparam("eid"))
@@ -538,6 +562,56 @@ async def complete(
         ],
     )
     return held
+
+
+# The resumer's query (SPEC §11): due waiting executions from the partial index
+# ix_executions_waiting_due (status = 'waiting' spelled as a literal so both planners match
+# the index's predicate). PostgreSQL skips rows another resumer holds; SQLite's write
+# transaction is the only writer, and INDEXED BY makes the plan the index or an error.
+_DUE_PG = sa.text(
+    "SELECT id FROM executions WHERE status = 'waiting' AND resume_at <= :now "
+    "ORDER BY resume_at LIMIT :n FOR UPDATE SKIP LOCKED"
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+_DUE_SQLITE = sa.text(
+    "SELECT id FROM executions INDEXED BY ix_executions_waiting_due "
+    "WHERE status = 'waiting' AND resume_at <= :now ORDER BY resume_at LIMIT :n"
+).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+_NEXT_DUE = sa.text("SELECT min(resume_at) FROM executions WHERE status = 'waiting'").columns(
+    sa.column("m", UTCDateTime())
+)
+_NEXT_DUE_SQLITE = sa.text(
+    "SELECT min(resume_at) FROM executions INDEXED BY ix_executions_waiting_due WHERE status = 'waiting'"
+).columns(sa.column("m", UTCDateTime()))
+
+
+def due_query(session: AsyncSession) -> sa.TextClause:
+    """The statement ``resume_due`` selects with (bench/waiting.py prints its plan)."""
+    return _DUE_PG if dialect_name(session) == "postgresql" else _DUE_SQLITE
+
+
+async def resume_due(session: AsyncSession, *, limit: int = 500, now: datetime | None = None) -> list[str]:
+    """Move up to ``limit`` waiting executions whose ``resume_at`` has come to ``queued``
+    (waiting → queued), oldest due first; returns their ids. Any worker claims them then and
+    goes on from their continuation. Each is moved once: the UPDATE is conditional on
+    ``waiting``, and PostgreSQL resumers skip each other's rows."""
+    now = now or utcnow()
+    ids = list((await session.scalars(due_query(session), {"now": now, "n": limit})).all())
+    if not ids:
+        return []
+    moved = await session.execute(
+        execution_status.update(ExecutionStatus.WAITING, QUEUED)
+        .where(Execution.id.in_(ids))
+        .values(resume_at=None)
+        .returning(Execution.id)
+        .execution_options(synchronize_session=False)
+    )
+    return list(moved.scalars().all())
+
+
+async def next_due(session: AsyncSession) -> datetime | None:
+    """When the next waiting execution is due (None: none waits); one index probe."""
+    stmt = _NEXT_DUE if dialect_name(session) == "postgresql" else _NEXT_DUE_SQLITE
+    return cast(datetime | None, await session.scalar(stmt))
 
 
 async def reap(

@@ -205,6 +205,8 @@ _STEP_FIELDS = (
     "error",
     "output",
     "position",
+    "attempts",
+    "attempt_errors",
     "input",  # a failed step's message, where a retry starts (SPEC §11)
 )
 
@@ -221,19 +223,22 @@ def outcome_to_wire(o: Outcome) -> list[Any]:
             [e["timestamp"], e["level"], e["message"], e["step_id"], e["component_id"], e["data"]]
             for e in o.logs
         ],
+        o.resume_at,
+        o.state,
     ]
 
 
 def outcome_from_wire(w: Any, claimed: Claimed, flow_id: str, nodes: set[str]) -> Outcome:
     """Rebuild a runner's outcome; identity fields come from the engine, not the runner."""
     try:
-        status, result, error, finished_at, steps, logs = w
-        if status not in ("succeeded", "failed"):
+        status, result, error, finished_at, steps, logs, *parked = w
+        resume_at, state = (*parked, None, None)[:2]  # a parked outcome's (SPEC §11)
+        if status not in ("succeeded", "failed", "waiting") or (status == "waiting") != bool(resume_at):
             raise ProtocolError(f"status {status!r}")
         records = []
         for s in steps:
             record = StepRecord(*s)
-            if record.node_id not in nodes or record.status not in ("succeeded", "failed"):
+            if record.node_id not in nodes or record.status not in ("succeeded", "failed", "waiting"):
                 raise ProtocolError(f"step {record.node_id!r}")
             record.started_at = datetime.fromisoformat(s[8])
             record.finished_at = datetime.fromisoformat(s[9])
@@ -268,6 +273,8 @@ def outcome_from_wire(w: Any, claimed: Claimed, flow_id: str, nodes: set[str]) -
             finished_at=datetime.fromisoformat(finished_at),
             steps=records,
             logs=entries,
+            resume_at=datetime.fromisoformat(resume_at) if resume_at else None,
+            state=state if status == "waiting" else None,
         )
     except ProtocolError:
         raise

@@ -7,14 +7,17 @@ returns the outcome. Runners are started with fork+exec (never forked from this
 process with its database sockets), cache each flow version they were sent, and
 run many executions at once.
 
+Which runner an execution goes to, and who is blamed when a runner dies, is decided
+by ``flowyard.runtime.placement`` (pure logic): a runner holds executions of one
+tenant group at a time, so a runner death only touches the group that caused it.
+
 Limits are enforced from here, where nothing a flow does can stop it: a watchdog
 task reads each runner's slot (which execution is on its CPU, and until when)
 against the runner's main-thread CPU clock, its resident memory, and every
-execution's wall-time deadline, and kills the runner that crosses one. Whoever
-was guilty (from the slot, even when the runner aborted on its own) fails at
-once with the limit named; it is never handed to a runner again. The other
-executions the dead runner held run again on another runner, at most
-``_MAX_LOSSES`` times. A dead runner is replaced at once.
+execution's wall-time deadline, and kills the runner that crosses one. The culprit
+(placement decides: from the slot, or by re-running the suspects alone) fails with
+the limit named; it is never handed to a runner again. A dead runner is replaced at
+once.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pydantic import SecretStr
 
 from flowyard import isolate, metrics
 from flowyard.config import Settings
-from flowyard.queue.store import Claimed, Outcome
+from flowyard.queue.store import Claimed, Outcome, queue_group_of
 from flowyard.runtime.ipc import (
     SLOT_SIZE,
     VERDICTS,
@@ -48,13 +51,13 @@ from flowyard.runtime.ipc import (
     outcome_from_wire,
     read_frame,
 )
+from flowyard.runtime.placement import MAX_LOSSES, Placement
 from flowyard.runtime.runner import CompiledFlow, error_outcome, limit_message
 
 log = logging.getLogger(__name__)
 
 _WATCH_INTERVAL = 0.05
 _WALL_MARGIN = 5.0  # the runner fails an overdue execution itself; we kill only if it cannot
-_MAX_LOSSES = 3  # runner deaths an execution may witness (not being the culprit) before it fails
 _FLOWS_PER_RUNNER = 256
 _START_TIMEOUT = 60.0
 _STDERR_TAIL = 20
@@ -133,7 +136,6 @@ class _Job:
     spec: FlowSpec
     claimed: Claimed
     future: asyncio.Future[Outcome]
-    losses: int = 0
     deadline: float = 0.0
     runner: _Runner | None = None
 
@@ -142,6 +144,9 @@ class _Job:
 class _Runner:
     index: int
     slot: Slot
+    rid: int = 0
+    surge: bool = False
+    retiring: bool = False  # an idle surge runner stopped by placement: nobody to blame
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     dead: bool = False
@@ -165,8 +170,17 @@ class RunnerPool:
         self.size = settings.runner_count()
         self.slots = self.size * settings.runner_concurrency
         self._runners: list[_Runner] = []
-        self._waiting: deque[_Job] = deque()
+        self._jobs: dict[int, _Job] = {}
         self._seq = itertools.count(1)
+        self._rids = itertools.count(1)
+        self._surge_index = itertools.count(self.size)
+        self.placement = Placement(
+            base=self.size,
+            capacity=settings.runner_concurrency,
+            surge=settings.runner_surge,
+            surge_idle_seconds=settings.runner_surge_idle_seconds,
+            quarantine_seconds=settings.runner_quarantine_seconds,
+        )
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
         self._spawns: set[asyncio.Task[None]] = set()
@@ -174,6 +188,7 @@ class RunnerPool:
         self.replaced = 0
         self.limit_kills = 0
         self.reruns = 0
+        self.isolated = 0
 
     async def start(self) -> None:
         """Start the runners in the background; work handed in meanwhile waits for the first."""
@@ -207,52 +222,74 @@ class RunnerPool:
                 task.cancel()
             await asyncio.gather(*r.tasks, return_exceptions=True)
             self._fail_all(r, "the engine stopped")
-        for job in self._waiting:
+        for job in self._jobs.values():
             if not job.future.done():
                 job.future.set_exception(RuntimeError("the runner pool stopped"))
-        self._waiting.clear()
+        self._jobs.clear()
         if self._watch is not None:
             await asyncio.gather(self._watch, return_exceptions=True)
 
     def waiting_ids(self) -> set[str]:
         """Executions handed to the pool that wait for a runner slot (none of their code ran)."""
-        return {job.claimed.id for job in self._waiting}
+        return {job.claimed.id for job in self._jobs.values() if job.runner is None}
 
     def stats(self) -> dict[str, Any]:
         return {
             "runners": [
-                {"pid": r.pid, "ready": r.ready, "running": len(r.jobs)} for r in self._runners if not r.dead
+                {"pid": r.pid, "ready": r.ready, "running": len(r.jobs), "surge": r.surge}
+                for r in self._runners
+                if not r.dead
             ],
             "replaced": self.replaced,
             "limitKills": self.limit_kills,
             "reruns": self.reruns,
+            "isolatedReruns": self.isolated,
         }
 
     async def run(self, spec: FlowSpec, claimed: Claimed) -> Outcome:
         """Run one execution in a runner; returns its outcome whatever happens to runners."""
         loop = asyncio.get_running_loop()
         job = _Job(next(self._seq), spec, claimed, loop.create_future())
-        self._dispatch(job)
+        self._jobs[job.seq] = job
+        self.placement.submit(job.seq, queue_group_of(claimed.tenant, claimed.owner_user), time.monotonic())
+        self._pump()
         try:
             return await job.future
         except asyncio.CancelledError:
             r = job.runner
             if r is not None and r.jobs.pop(job.seq, None) is not None and not r.dead:
                 self._send(r, ["cancel", job.seq])
-            with contextlib.suppress(ValueError):
-                self._waiting.remove(job)
             raise
+        finally:
+            self._jobs.pop(job.seq, None)
+            self.placement.finish(job.seq, time.monotonic())
+            if not self._closing:
+                self._pump()
 
     # -- dispatch ----------------------------------------------------------------------
 
-    def _dispatch(self, job: _Job) -> None:
-        # Not to a runner already condemned: its executions would count a death they never saw.
-        ready = [r for r in self._runners if r.ready and not r.dead and r.kill_reason is None]
-        if not ready:
-            job.runner = None
-            self._waiting.append(job)
+    def _pump(self) -> None:
+        """Do what placement says: place waiting executions, start or stop runners."""
+        if self._closing:
             return
-        r = min(ready, key=lambda r: (r.stalled, len(r.jobs)))
+        plan = self.placement.plan(time.monotonic())
+        by_rid = {r.rid: r for r in self._runners if r.ready and not r.dead}
+        for seq, rid in plan.place:
+            job, r = self._jobs.get(seq), by_rid.get(rid)
+            if job is None or r is None or job.future.done():  # cannot happen; never lose a job
+                self.placement.finish(seq, time.monotonic())
+                if job is not None and not job.future.done():
+                    job.future.set_exception(RuntimeError("placement named a runner that is gone"))
+                continue
+            self._send_job(r, job)
+        for _ in range(plan.start_surge):
+            self._spawn(next(self._surge_index), delay=0.0, surge=True)
+        for rid in plan.retire:
+            if (r := by_rid.get(rid)) is not None:
+                r.retiring = True
+                _sigkill(r)
+
+    def _send_job(self, r: _Runner, job: _Job) -> None:
         key = job.spec.key
         if key in r.flows:
             r.flows.move_to_end(key)
@@ -298,6 +335,7 @@ class RunnerPool:
         if job is None:
             return
         r.jobs.pop(job.seq, None)
+        self.placement.finish(job.seq, time.monotonic())
         metrics.poison("dispatch")
         log.error("execution %s failed: %s", job.claimed.id, why)
         if not job.future.done():
@@ -305,22 +343,24 @@ class RunnerPool:
 
     # -- runner life ---------------------------------------------------------------------
 
-    def _spawn(self, index: int, delay: float) -> None:
-        task = asyncio.create_task(self._run_runner(index, delay), name=f"flowyard-runner-{index}")
+    def _spawn(self, index: int, delay: float, surge: bool = False) -> None:
+        task = asyncio.create_task(self._run_runner(index, delay, surge), name=f"flowyard-runner-{index}")
         self._spawns.add(task)
         task.add_done_callback(self._spawns.discard)
 
-    async def _run_runner(self, index: int, delay: float) -> None:
+    async def _run_runner(self, index: int, delay: float, surge: bool) -> None:
         if delay:
             await asyncio.sleep(delay)
         fd = os.memfd_create(f"flowyard-runner-{index}")
         try:
             os.ftruncate(fd, SLOT_SIZE)
-            r = _Runner(index, Slot(mmap.mmap(fd, SLOT_SIZE)))
+            r = _Runner(index, Slot(mmap.mmap(fd, SLOT_SIZE)), rid=next(self._rids), surge=surge)
             r.proc = await _start_process(fd)
         except OSError as exc:  # fork or exec failed (out of processes, memory): try again later
             log.error("cannot start runner %d: %s", index, exc)
-            if not self._closing:
+            if surge:
+                self.placement.runner_start_failed(surge=True)
+            elif not self._closing:
                 self._spawn(index, delay=2.0)
             return
         finally:
@@ -340,14 +380,15 @@ class RunnerPool:
                 log.error(
                     "runner %d did not start (%s): %s", index, type(exc).__name__, " | ".join(r.stderr_tail)
                 )
+                if surge:
+                    self.placement.runner_start_failed(surge=True)
                 return
             r.ready = True
             metrics.runner_alive(1)
+            self.placement.runner_up(r.rid, surge=surge, now=time.monotonic())
             self._ready.set()
-            log.debug("runner %d started (pid %d)", index, r.pid)
-            waiting, self._waiting = self._waiting, deque()
-            for job in waiting:
-                self._dispatch(job)
+            log.debug("runner %d started (pid %d)%s", index, r.pid, " (surge)" if surge else "")
+            self._pump()
             await self._read(r)
         finally:
             await self._bury(r, lived=time.monotonic() - started)
@@ -375,6 +416,7 @@ class RunnerPool:
                     job = r.jobs.pop(seq, None)
                     if job is None:
                         continue  # cancelled meanwhile
+                    self.placement.finish(seq, time.monotonic())
                     outcome = outcome_from_wire(wire, job.claimed, job.spec.flow_id, job.spec.node_ids)
                 except (ProtocolError, ValueError, TypeError, IndexError) as exc:
                     log.error("runner %d sent a malformed message (%s); replacing it", r.index, exc)
@@ -398,6 +440,7 @@ class RunnerPool:
         if r.kill_reason is None:
             r.kill_reason = (seq, node, limit)
             self.limit_kills += 1
+        self.placement.condemn(r.rid)
         _sigkill(r)
 
     async def _bury(self, r: _Runner, lived: float) -> None:
@@ -426,38 +469,49 @@ class RunnerPool:
             oom = "memory allocation of" in tail or "MemoryError" in tail
             reason = (seq, node, "memory" if oom else f"crash:{_describe(rc)}")
         guilty, g_node, limit = reason if reason is not None else (0, 0, "")
-        metrics.runner_killed(limit)
-        jobs = list(r.jobs.values())
+        jobs = {seq: job for seq, job in r.jobs.items() if not job.future.done()}
         r.jobs.clear()
+        if r.retiring and not jobs:
+            self.placement.gone(r.rid)
+            return
+        metrics.runner_killed(limit)
+        kind = "crash" if limit.startswith("crash:") else limit
+        death = self.placement.died(r.rid, guilty or None, kind, time.monotonic())
         log.warning(
-            "runner %d (pid %d) %s; %d execution(s) aboard%s",
+            "runner %d (pid %d) %s; %d execution(s) aboard%s%s",
             r.index,
             r.pid,
             _describe(rc),
             len(jobs),
-            f", culprit: execution {self._eid(jobs, guilty)} ({limit})" if guilty else ", no culprit",
+            f", culprit: execution {jobs[death.culprit].claimed.id} ({limit or 'died alone'})"
+            if death.culprit in jobs
+            else ", no certain culprit",
+            f"; {len(death.suspects)} suspect(s) run again alone" if death.suspects else "",
         )
-        for job in jobs:
-            if job.future.done():
-                continue
-            if job.seq == guilty:
-                job.future.set_result(self._verdict(job, g_node, limit))
-                continue
-            job.losses += 1
-            if job.losses >= _MAX_LOSSES:
-                why = f"its runner process died {job.losses} times while running it"
-                job.future.set_result(
-                    error_outcome(
-                        job.claimed, status="failed", error=why, log_message=f"execution failed: {why}"
-                    )
-                )
-            else:
-                self.reruns += 1
-                metrics.execution_rerun()
-                self._dispatch(job)
+        for job in jobs.values():
+            job.runner = None
+        if death.culprit in jobs:
+            job = jobs[death.culprit]
+            job.future.set_result(self._verdict(job, g_node if death.culprit == guilty else 0, limit))
+        for seq in death.lost:
+            job = jobs[seq]
+            why = f"its runner process died {MAX_LOSSES} times while running it"
+            job.future.set_result(
+                error_outcome(job.claimed, status="failed", error=why, log_message=f"execution failed: {why}")
+            )
+        for _ in death.rerun:
+            self.reruns += 1
+            metrics.execution_rerun()
+        for _ in death.suspects:
+            self.reruns += 1
+            self.isolated += 1
+            metrics.execution_rerun()
         self.replaced += 1
-        # Back off when runners die young (a broken install), not when a flow was killed.
-        self._spawn(r.index, delay=0.0 if guilty or lived > 5 else min(5.0, 0.5 * (1 + self.replaced % 8)))
+        if not r.surge:
+            # Back off when runners die young (a broken install), not when a flow was killed.
+            delay = 0.0 if guilty or jobs or lived > 5 else min(5.0, 0.5 * (1 + self.replaced % 8))
+            self._spawn(r.index, delay=delay)
+        self._pump()
 
     def _verdict(self, job: _Job, node: int, limit: str) -> Outcome:
         step, component = job.spec.node(node)
@@ -482,17 +536,15 @@ class RunnerPool:
                 job.future.set_exception(RuntimeError(why))
         r.jobs.clear()
 
-    @staticmethod
-    def _eid(jobs: list[_Job], seq: int) -> str:
-        return next((j.claimed.id for j in jobs if j.seq == seq), "?")
-
     # -- limits -----------------------------------------------------------------------
 
     async def _watchdog(self) -> None:
         limit_rss = self.settings.runner_memory_mb * 1024 * 1024
-        while True:
+        for tick in itertools.count():
             await asyncio.sleep(_WATCH_INTERVAL)
             now = time.monotonic()
+            if tick % 20 == 0:
+                self._pump()  # quarantines that ended, surge runners idle long enough
             for r in self._runners:
                 if r.dead or not r.ready or r.kill_reason is not None:
                     continue

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -31,6 +31,7 @@ from flowyard.components.expressions import (
     compile_mapper,
 )
 from flowyard.components.registry import Component, ComponentFunction, Message, Registry
+from flowyard.components.retry import Park, RetryPolicy
 from flowyard.jsonvalue import TooBig, TooDeep, depth_exceeds, size_over
 from flowyard.queue import continuation
 from flowyard.queue import steps as step_docs
@@ -58,6 +59,7 @@ class CompiledNode:
     fields: Any
     credentials_id: str | None
     awaits: bool = True
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class CompiledEdge:
     target: str
     condition: Expression | None
     mapper: Any
+    on_failure: bool = False
 
 
 @dataclass
@@ -76,8 +79,9 @@ class CompiledFlow:
     tenant: str | None
     owner_user: str | None
     nodes: dict[str, CompiledNode]
-    out_edges: dict[str, list[CompiledEdge]]
+    out_edges: dict[str, list[CompiledEdge]]  # the success edges ("on": "success", the default)
     roots: list[str]
+    failure_edges: dict[str, list[CompiledEdge]] = field(default_factory=dict)  # "on": "failure"
     credentials: dict[str, dict[str, Any]] = field(default_factory=dict)
     loaded_at: float = field(default_factory=time.monotonic)
 
@@ -122,8 +126,10 @@ class CompiledFlow:
                 fields,
                 raw.get("credentials_id"),
                 awaits=component.awaits if component is not None else False,
+                retry=RetryPolicy.of(raw.get("retry")),
             )
         out_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
+        failure_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
         targets = set()
         for i, raw in enumerate(graph.get("edges", [])):
             src, dst = raw.get("source"), raw.get("target")
@@ -135,12 +141,14 @@ class CompiledFlow:
                 mapper = compile_mapper(config["mapper"]) if config.get("mapper") is not None else None
             except ExpressionError as exc:
                 raise FlowNotRunnable(f"edge {raw.get('id') or i}: {exc}") from None
-            out_edges[src].append(CompiledEdge(raw.get("id") or f"{src}->{dst}", src, dst, cond, mapper))
+            on_failure = raw.get("on") == "failure"
+            edge = CompiledEdge(raw.get("id") or f"{src}->{dst}", src, dst, cond, mapper, on_failure)
+            (failure_edges if on_failure else out_edges)[src].append(edge)
             targets.add(dst)
         roots = [n for n in nodes if n not in targets]
         if not roots:
             raise FlowNotRunnable("the graph has no node without incoming edges")
-        return cls(flow_id, version, tenant, owner_user, nodes, out_edges, roots)
+        return cls(flow_id, version, tenant, owner_user, nodes, out_edges, roots, failure_edges=failure_edges)
 
 
 @dataclass
@@ -154,14 +162,48 @@ class _Stats:
     finished_at: Any = None
     error: str | None = None
     outputs: list[Any] = field(default_factory=list)
+    attempts: int = 0
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
+    failed: bool = False  # failed after its last attempt (perhaps on into a failure edge)
+    summarised: bool = False  # carried over and not run again: no new summary log entry
     failed_on: Any = None  # the message the step failed on (a retry starts from it)
+
+    @classmethod
+    def of_record(cls, r: StepRecord) -> _Stats:
+        """A step carried over by a continuation, to go on counting from."""
+        return cls(
+            position=r.position,
+            runs=r.runs,
+            messages_in=r.messages_in,
+            messages_out=r.messages_out,
+            duration=r.duration_ms / 1000,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            error=r.error,
+            outputs=list(r.output) if isinstance(r.output, list) else [],
+            attempts=r.attempts,
+            attempt_errors=list(r.attempt_errors),
+            failed=r.status == "failed",
+            summarised=True,
+        )
+
+
+class _Attempt(Exception):
+    """One attempt of a step failed: ``retryable`` says whether another may mend it."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class StepFailed(Exception):
-    def __init__(self, node_id: str, message: str) -> None:
+    def __init__(self, node_id: str, message: str, *, logged: bool = False) -> None:
         super().__init__(message)
         self.node_id = node_id
         self.message = message
+        self.logged = logged  # its error entry is written already
 
     @property
     def error(self) -> str:
@@ -240,12 +282,19 @@ async def run_execution(
     deadline: float | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> Outcome:
-    """Run one execution to its end; never raises for a failing step.
+    """Run one execution to its end, or until it parks; never raises for a failing step.
 
     ``deadline`` (``time.monotonic()``) is the wall-time limit: no step starts
     after it and an awaiting step is cut off at it. ``on_step`` is told each node
     as it starts (the runner process publishes it for the pool's watchdog).
     MemoryError propagates: the runner process treats it as its memory limit.
+
+    Failing well (SPEC §11): a failed attempt that may be mended runs again after the node's
+    retry interval; a wait of at most FLOWYARD_DELAY_PARK_SECONDS is slept here, a longer one
+    (and a long ``delay``) parks the execution: the outcome is ``waiting`` with ``resume_at``
+    and the continuation (every pending message with its attempts, the steps so far) it goes
+    on from, on any worker. A step that fails after its last attempt hands a message to its
+    failure edges, if any, and the execution goes on.
     """
     metadata = {
         "source": execution.trigger,
@@ -258,20 +307,44 @@ async def run_execution(
     # A continuation (a resumed or replayed execution) says where to go on from, and which
     # steps' results it carries over; else the trigger message goes to every root.
     carried = [step_docs.record(doc, i) for i, doc in enumerate(continuation.carried_of(execution.state))]
+    stats: dict[str, _Stats] = {c.node_id: _Stats.of_record(c) for c in carried if c.node_id in flow.nodes}
+    state = execution.state if isinstance(execution.state, dict) else {}
+    # How many messages were handed to each node so far: a message's index at its node, part of
+    # its idempotency key, so the key is the same when the execution runs again from the same
+    # point (a redelivery replays the same deterministic order).
+    enqueued: dict[str, int] = {k: int(v) for k, v in (state.get("enqueued") or {}).items()}
+    emitted = int(state.get("emitted") or 0)
+    last_sink: Any = state.get("lastSink")
+    pending: deque[_Pending] = deque()
+
+    def offer(node: str, message: Message) -> None:
+        index = enqueued.get(node, 0)
+        enqueued[node] = index + 1
+        pending.append(_Pending(node, message, 0, index, False))
+
     if execution.state:
-        pending: deque[tuple[str, Message]] = deque(
-            (p["node"], p["message"])
-            for p in continuation.pending_of(execution.state)
-            if p.get("node") in flow.nodes
-        )
+        for p in continuation.pending_of(execution.state):
+            if p.get("node") in flow.nodes:
+                node = p["node"]
+                index = p.get("index")
+                if index is None:  # a replay's entry: a new arrival at its node
+                    index = enqueued.get(node, 0)
+                    enqueued[node] = index + 1
+                pending.append(
+                    _Pending(
+                        node, p["message"], int(p.get("attempt") or 0), int(index), bool(p.get("resumed"))
+                    )
+                )
     else:
-        pending = deque((root, {"data": execution.input, "metadata": metadata}) for root in flow.roots)
-    stats: dict[str, _Stats] = {}
+        for root in flow.roots:
+            offer(root, {"data": execution.input, "metadata": metadata})
     logs: list[dict[str, Any]] = []
     reply: list[Reply] = []
-    last_sink: Any = None
-    emitted = 0
+    if isinstance(state.get("reply"), dict):
+        r = state["reply"]
+        reply.append(Reply(int(r.get("status", 200)), r.get("body"), dict(r.get("headers") or {})))
     error: StepFailed | None = None
+    park_at: datetime | None = None
     base_log = {
         "tenant": flow.tenant,
         "user_id": flow.owner_user,
@@ -280,91 +353,168 @@ async def run_execution(
     }
     try:
         while pending:
-            node_id, message = pending.popleft()
+            item = pending.popleft()
+            node_id, message = item.node, item.message
             node = flow.nodes[node_id]
             if on_step is not None:
                 on_step(node_id)
             st = stats.get(node_id)
             if st is None:
-                st = stats[node_id] = _Stats(position=len(carried) + len(stats), started_at=utcnow())
+                st = stats[node_id] = _Stats(position=len(stats), started_at=utcnow())
+            st.summarised = False
             if deadline is not None and time.monotonic() >= deadline:
                 st.finished_at = st.finished_at or utcnow()
                 raise LimitExceeded(node_id, limit_message("wall", settings))
-            st.runs += 1
-            st.messages_in += 1
-            started = time.perf_counter()
-            step_logs: list[dict[str, Any]] = []
-            replied = reply[-1] if reply else None
-            deep_log = False
-            timeout = settings.step_timeout
-            try:
-                if node.credentials_id and node.credentials_id not in (credentials or {}):
-                    raise ComponentError(
-                        f"credentials {node.credentials_id} not found (or not readable by this flow's tenant)"
-                    )
-                if node.fn is None:
-                    out = [message]
-                else:
-                    ctx = StepContext(
-                        execution_id=execution.id,
-                        flow_id=flow.flow_id,
-                        node_id=node_id,
-                        component_id=node.component.id if node.component else None,
-                        function=node.function or "",
-                        tenant=flow.tenant,
-                        owner_user=flow.owner_user,
-                        fields=node.fields,
-                        credentials=(credentials or {}).get(node.credentials_id)
-                        if node.credentials_id
-                        else None,
-                        settings=settings,
-                        http=http,
-                        logs=step_logs,
-                        reply=reply,
-                    )
-                    if node.awaits:
-                        timeout = _step_timeout(settings, deadline)
-                        async with asyncio.timeout(timeout):
-                            out = _as_messages(await node.fn(message, ctx), message["metadata"])
+            if item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
+                st.runs += 1
+                st.messages_in += 1
+            while True:  # the attempts at this message
+                attempt = item.attempt + 1
+                started = time.perf_counter()
+                attempt_started = utcnow()
+                step_logs: list[dict[str, Any]] = []
+                replied = reply[-1] if reply else None
+                deep_log = False
+                timeout = settings.step_timeout
+                parked: Park | None = None
+                failure: _Attempt | None = None
+                out: list[Message] = []
+                try:
+                    if node.credentials_id and node.credentials_id not in (credentials or {}):
+                        raise _Attempt(
+                            f"credentials {node.credentials_id} not found "
+                            "(or not readable by this flow's tenant)",
+                            retryable=False,
+                        )
+                    if node.fn is None:
+                        out = [message]
                     else:
-                        out = _as_messages(await node.fn(message, ctx), message["metadata"])
-            except TimeoutError:
-                if timeout < settings.step_timeout:
-                    raise LimitExceeded(node_id, limit_message("wall", settings)) from None
-                raise StepFailed(node_id, f"timed out after {settings.step_timeout:g} s") from None
-            except (ComponentError, ExpressionError) as exc:
-                raise StepFailed(node_id, str(exc)) from None
-            except (asyncio.CancelledError, MemoryError):
-                raise
-            except Exception as exc:
-                raise StepFailed(node_id, f"{type(exc).__name__}: {exc}") from None
-            finally:
-                st.duration += time.perf_counter() - started
-                st.finished_at = utcnow()
-                for entry in step_logs:
-                    data = entry.get("data")
-                    if depth_exceeds(data):  # the entry is kept without it; the step fails below
-                        data, deep_log = None, True
-                    elif (big := size_over(data, settings.max_result_bytes)) is not None:
-                        data = {"truncated": True, "bytes": big, "limit": settings.max_result_bytes}
-                    logs.append(_log(base_log, entry["level"], entry["message"], node, data))
-            # What a step returns goes to the IPC and the store: never deeper than the limit.
-            if deep_log:
-                raise StepFailed(node_id, f"the data of a log entry it wrote {TooDeep()}")
-            for msg in out:
-                if depth_exceeds(msg["data"]) or depth_exceeds(msg["metadata"]):
-                    raise StepFailed(node_id, f"its output {TooDeep()}")
-            if reply and reply[-1] is not replied and depth_exceeds(reply[-1].body):
-                raise StepFailed(node_id, f"the body of its reply {TooDeep()}")
-            # ... nor larger than the size caps (SPEC §6): a message in flight, and what is stored
-            # and returned as the result (a reply body, a last step's output).
-            _check_sizes(
-                node_id,
-                out,
-                reply[-1] if reply and reply[-1] is not replied else None,
-                settings,
-                sink=not flow.out_edges[node_id],
-            )
+                        ctx = StepContext(
+                            execution_id=execution.id,
+                            flow_id=flow.flow_id,
+                            node_id=node_id,
+                            component_id=node.component.id if node.component else None,
+                            function=node.function or "",
+                            tenant=flow.tenant,
+                            owner_user=flow.owner_user,
+                            fields=node.fields,
+                            credentials=(credentials or {}).get(node.credentials_id)
+                            if node.credentials_id
+                            else None,
+                            settings=settings,
+                            http=http,
+                            logs=step_logs,
+                            reply=reply,
+                            attempt=attempt,
+                            idempotency_key=f"{execution.id}:{node_id}:{item.index}",
+                            resumed=item.resumed,
+                        )
+                        if node.awaits:
+                            timeout = _step_timeout(settings, deadline)
+                            async with asyncio.timeout(timeout):
+                                out = _as_messages(await node.fn(message, ctx), message["metadata"])
+                        else:
+                            out = _as_messages(await node.fn(message, ctx), message["metadata"])
+                except Park as p:
+                    parked = p
+                except _Attempt as exc:
+                    failure = exc
+                except TimeoutError:
+                    if timeout < settings.step_timeout:
+                        raise LimitExceeded(node_id, limit_message("wall", settings)) from None
+                    failure = _Attempt(f"timed out after {settings.step_timeout:g} s", retryable=True)
+                except ComponentError as exc:
+                    failure = _Attempt(str(exc), retryable=exc.retryable, retry_after=exc.retry_after)
+                except ExpressionError as exc:
+                    failure = _Attempt(str(exc), retryable=False)
+                except (asyncio.CancelledError, MemoryError):
+                    raise
+                except Exception as exc:
+                    failure = _Attempt(f"{type(exc).__name__}: {exc}", retryable=True)
+                finally:
+                    st.duration += time.perf_counter() - started
+                    st.finished_at = utcnow()
+                    for entry in step_logs:
+                        data = entry.get("data")
+                        if depth_exceeds(data):  # the entry is kept without it; the step fails below
+                            data, deep_log = None, True
+                        elif (big := size_over(data, settings.max_result_bytes)) is not None:
+                            data = {"truncated": True, "bytes": big, "limit": settings.max_result_bytes}
+                        logs.append(_log(base_log, entry["level"], entry["message"], node, data))
+                if parked is not None:
+                    # A long wait: the execution parks, this message first when it goes on.
+                    park_at = utcnow() + timedelta(seconds=parked.seconds)
+                    if item.attempt == 0:
+                        st.runs -= 1  # counted when it goes on
+                        st.messages_in -= 1
+                    pending.appendleft(_Pending(node_id, message, item.attempt, item.index, True))
+                    logs.append(
+                        _log(
+                            base_log,
+                            "info",
+                            f"step {node_id} waits {parked.seconds:g} s: the execution is parked until "
+                            f"{isoformat(park_at)}",
+                            node,
+                            {"resumeAt": isoformat(park_at)},
+                        )
+                    )
+                    break
+                st.attempts += 1
+                if failure is None:
+                    try:
+                        _check_output(
+                            node_id, out, reply, replied, deep_log, settings, sink=not flow.out_edges[node_id]
+                        )
+                    except StepFailed as exc:
+                        failure = _Attempt(exc.message, retryable=False)
+                if failure is None:
+                    break
+                st.attempt_errors.append(
+                    {"attempt": attempt, "startedAt": isoformat(attempt_started), "error": failure.message}
+                )
+                policy = node.retry
+                if failure.retryable and attempt < policy.max_attempts:
+                    wait = policy.interval(attempt, retry_after=failure.retry_after)
+                    logs.append(
+                        _log(
+                            base_log,
+                            "warn",
+                            f"step {node_id} attempt {attempt} of {policy.max_attempts} failed: "
+                            f"{failure.message}; retrying in {wait:.3g} s",
+                            node,
+                            {"attempt": attempt, "retryIn": round(wait, 3)},
+                        )
+                    )
+                    item = _Pending(node_id, message, attempt, item.index, False)
+                    short = wait <= settings.delay_park_seconds
+                    if short and (deadline is None or time.monotonic() + wait < deadline):
+                        await asyncio.sleep(wait)
+                        continue
+                    park_at = utcnow() + timedelta(seconds=wait)
+                    pending.appendleft(item)
+                    break
+                # Failed after its last attempt: on into its failure edges, if any.
+                st.failed = True
+                st.error = failure.message
+                detail = f" (attempt {attempt} of {policy.max_attempts})" if policy.max_attempts > 1 else ""
+                logs.append(
+                    _log(
+                        base_log,
+                        "error",
+                        f"step {node_id} ({_name(node)}) failed{detail}: {failure.message}",
+                        node,
+                        {"attempt": attempt} if policy.max_attempts > 1 else None,
+                    )
+                )
+                taken = _take_failure_edges(flow, node, message, failure.message, attempt)
+                if taken is None:
+                    raise StepFailed(node_id, failure.message, logged=True)
+                for target, msg in taken:
+                    offer(target, msg)
+                out = []
+                break
+            if park_at is not None:
+                break
             st.messages_out += len(out)
             emitted += len(out)
             if emitted > settings.max_messages:
@@ -386,23 +536,35 @@ async def run_execution(
                                 raise StepFailed(node_id, f"mapper of edge {edge.id} yielded nothing")
                     except ExpressionError as exc:
                         raise StepFailed(node_id, f"edge {edge.id}: {exc}") from None
-                    pending.append((edge.target, {"data": data, "metadata": msg["metadata"]}))
+                    offer(edge.target, {"data": data, "metadata": msg["metadata"]})
     except StepFailed as exc:
         error = exc
-        stats[exc.node_id].error = exc.message
-        stats[exc.node_id].failed_on = message  # the message being delivered when it failed
+        st = stats[exc.node_id]
+        st.error = exc.message
+        st.failed = True
+        st.failed_on = message  # the message being delivered when it failed
+        if not exc.logged:
+            node = flow.nodes[exc.node_id]
+            logs.append(
+                _log(
+                    base_log, "error", f"step {exc.node_id} ({_name(node)}) failed: {exc.message}", node, None
+                )
+            )
     finished = utcnow()
-    steps = [c for c in carried if c.node_id not in stats]
+    waiting = park_at is not None and error is None
+    steps = []
     for node_id, st in stats.items():
         node = flow.nodes[node_id]
         cid = node.component.id if node.component else None
-        failed = st.error is not None
+        status = "failed" if st.failed else "succeeded"
+        if waiting and pending and pending[0].node == node_id:
+            status = "waiting"
         steps.append(
             StepRecord(
                 node_id=node_id,
                 component_id=cid,
                 function=node.function,
-                status="failed" if failed else "succeeded",
+                status=status,
                 runs=st.runs,
                 messages_in=st.messages_in,
                 messages_out=st.messages_out,
@@ -412,40 +574,63 @@ async def run_execution(
                 error=st.error,
                 output=_sample(st.outputs),
                 position=st.position,
+                attempts=st.attempts,
+                attempt_errors=st.attempt_errors[-_ATTEMPT_ERRORS:],
                 input=st.failed_on,
             )
         )
+        if waiting or st.summarised:
+            continue  # summarised when the execution ends
         logs.append(
             _log(
                 base_log,
                 "info",
-                f"step {node_id} ({cid or 'pass-through'}{'.' + node.function if node.function else ''}) ran "
-                f"{st.runs} time(s) in {st.duration * 1000:.1f} ms, {st.messages_out} message(s) out",
+                f"step {node_id} ({_name(node)}) ran "
+                f"{st.runs} time(s) in {st.duration * 1000:.1f} ms, {st.messages_out} message(s) out"
+                + (f", {st.attempts} attempts" if st.attempts > st.runs else ""),
                 node,
                 {
                     "runs": st.runs,
+                    "attempts": st.attempts,
                     "messagesIn": st.messages_in,
                     "messagesOut": st.messages_out,
                     "durationMs": round(st.duration * 1000, 3),
                 },
             )
         )
-        if failed:
-            logs.append(
-                _log(
-                    base_log,
-                    "error",
-                    f"step {node_id} ({cid or 'pass-through'}) failed: {st.error}",
-                    node,
-                    None,
-                )
-            )
-    if error is not None:
+    state_out: Any = None
+    if waiting:
+        status = "waiting"
+        result = None
+        state_out = {
+            "v": continuation.VERSION,
+            "pending": [
+                {
+                    "node": p.node,
+                    "message": p.message,
+                    "attempt": p.attempt,
+                    "index": p.index,
+                    "resumed": p.resumed,
+                }
+                for p in pending
+            ],
+            "steps": step_docs.document(steps),
+            "enqueued": enqueued,
+            "emitted": emitted,
+            "lastSink": last_sink,
+            "reply": {"status": reply[-1].status, "body": reply[-1].body, "headers": reply[-1].headers}
+            if reply
+            else None,
+        }
+    elif error is not None:
+        status = "failed"
         result = None
     elif reply:
+        status = "succeeded"
         r = reply[-1]
         result = {"reply": {"status": r.status, "body": r.body, "headers": r.headers}}
     else:
+        status = "succeeded"
         result = {"data": last_sink}
     return Outcome(
         execution_id=execution.id,
@@ -453,13 +638,93 @@ async def run_execution(
         tenant=flow.tenant,
         owner_user=flow.owner_user,
         created_at=execution.created_at,
-        status="failed" if error else "succeeded",
+        status=status,
         result=result,
         error=error.error if error else None,
         finished_at=finished,
         steps=steps,
         logs=logs,
+        resume_at=park_at if waiting else None,
+        state=state_out,
     )
+
+
+@dataclass
+class _Pending:
+    """A message on its way to a node: ``attempt`` attempts were already made at it, ``index``
+    is its arrival number at the node (its idempotency key), ``resumed``: the execution parked
+    for this node on this message (a long delay) and now goes on."""
+
+    node: str
+    message: Message
+    attempt: int
+    index: int
+    resumed: bool
+
+
+# At most this many attempt errors are kept on a step (the last ones); attempts counts all.
+_ATTEMPT_ERRORS = 20
+
+
+def _name(node: CompiledNode) -> str:
+    return node.component.id if node.component else "pass-through"
+
+
+def _check_output(
+    node_id: str,
+    out: list[Message],
+    reply: list[Reply],
+    replied: Reply | None,
+    deep_log: bool,
+    settings: Settings,
+    *,
+    sink: bool,
+) -> None:
+    # What a step returns goes to the IPC and the store: never deeper than the limit.
+    if deep_log:
+        raise StepFailed(node_id, f"the data of a log entry it wrote {TooDeep()}")
+    for msg in out:
+        if depth_exceeds(msg["data"]) or depth_exceeds(msg["metadata"]):
+            raise StepFailed(node_id, f"its output {TooDeep()}")
+    if reply and reply[-1] is not replied and depth_exceeds(reply[-1].body):
+        raise StepFailed(node_id, f"the body of its reply {TooDeep()}")
+    # ... nor larger than the size caps (SPEC §6): a message in flight, and what is stored
+    # and returned as the result (a reply body, a last step's output).
+    _check_sizes(node_id, out, reply[-1] if reply and reply[-1] is not replied else None, settings, sink=sink)
+
+
+def _take_failure_edges(
+    flow: CompiledFlow, node: CompiledNode, message: Message, error: str, attempts: int
+) -> list[tuple[str, Message]] | None:
+    """The messages a step that failed after its last attempt hands to its failure edges
+    (SPEC §11), or None when none is taken (no failure edge, or none whose condition holds):
+    then the execution fails."""
+    edges = flow.failure_edges.get(node.id) or []
+    if not edges:
+        return None
+    data = {
+        "error": {
+            "message": error,
+            "step": node.id,
+            "component": node.component.id if node.component else None,
+            "attempts": attempts,
+        },
+        "input": message["data"],
+    }
+    taken: list[tuple[str, Message]] = []
+    for edge in edges:
+        out = data
+        try:
+            if edge.condition is not None and not truthy(edge.condition.evaluate(out)):
+                continue
+            if edge.mapper is not None:
+                out = apply_mapper(edge.mapper, out)
+                if out is None or out == {}:
+                    raise StepFailed(node.id, f"mapper of edge {edge.id} yielded nothing", logged=True)
+        except ExpressionError as exc:
+            raise StepFailed(node.id, f"edge {edge.id}: {exc}", logged=True) from None
+        taken.append((edge.target, {"data": out, "metadata": message["metadata"]}))
+    return taken or None
 
 
 def _step_timeout(settings: Settings, deadline: float | None) -> float:

@@ -94,6 +94,12 @@ class Worker:
         # The last claim passed over queued work of a tenant at its cap: claim again as soon
         # as a completion is recorded (here), or within _HELD_BACK_POLL (other processes').
         self._held_back = False
+        # The resumer (SPEC §11): wakes at the earliest due time it knows of, or when this
+        # worker parks an execution due sooner.
+        self._resume_wake = asyncio.Event()
+        self._next_due: float | None = None  # time.time() of the earliest known due execution
+        self.parked = 0
+        self.resumed = 0
 
     @staticmethod
     def _new_id() -> str:
@@ -115,6 +121,7 @@ class Worker:
             asyncio.create_task(self._flusher(), name="flowyard-flusher"),
             asyncio.create_task(self._renewer(), name="flowyard-lease-renewer"),
             asyncio.create_task(self._reaper(), name="flowyard-reaper"),
+            asyncio.create_task(self._resumer(), name="flowyard-resumer"),
         ]
         try:
             await self._loop(side)
@@ -334,9 +341,12 @@ class Worker:
         """Record ``batch`` in one transaction; then what follows its commit."""
         async with self.db.write(durable=False) as session:
             held = await queue.complete(session, batch, worker_id=self.id, count=count)
-            # Sent with the commit: API processes answer their ?wait= requests from it.
+            # Sent with the commit: API processes answer their ?wait= requests from it. A parked
+            # execution has not finished: nobody is told.
             messages = finished_messages(
-                (o.execution_id, o.status, o.result, o.error) for o in batch if o.execution_id in held
+                (o.execution_id, o.status, o.result, o.error)
+                for o in batch
+                if o.execution_id in held and o.status != ExecutionStatus.WAITING
             )
             await self.notifier.stage(session, messages)
         settled.update(id(o) for o in batch)
@@ -345,14 +355,23 @@ class Worker:
             log.warning(
                 "dropped outcomes of %d executions this worker no longer holds: %s", len(lost), lost[:5]
             )
-        self.completed += len(batch) - len(lost)
+        parked = [o for o in batch if o.execution_id in held and o.status == ExecutionStatus.WAITING]
+        self.completed += len(batch) - len(lost) - len(parked)
+        self.parked += len(parked)
         for o in batch:
             trigger, seconds = self._ran.pop(o.execution_id, ("other", -1.0))
-            if o.execution_id in held:
+            if o.execution_id in held and o.status != ExecutionStatus.WAITING:
                 metrics.execution_finished(trigger, o.status, seconds)
+        for o in parked:
+            if o.resume_at is not None:
+                self._due_at(o.resume_at.timestamp())
         self.notifier.committed(messages)
         self.hub.finish(
-            ((o.execution_id, (o.status, o.result, o.error)) for o in batch if o.execution_id in held),
+            (
+                (o.execution_id, (o.status, o.result, o.error))
+                for o in batch
+                if o.execution_id in held and o.status != ExecutionStatus.WAITING
+            ),
             remember=False,
         )
         if held and self._held_back:
@@ -419,6 +438,49 @@ class Worker:
                     log.warning("re-queued %d executions whose worker's lease expired", requeued)
             except Exception:
                 log.exception("reaping expired leases failed")
+
+    def _due_at(self, when: float) -> None:
+        """An execution parked here is due at ``when`` (``time.time()``): the resumer wakes then."""
+        if self._next_due is None or when < self._next_due:
+            self._next_due = when
+            self._resume_wake.set()
+
+    async def _resumer(self) -> None:
+        """Move due waiting executions to the queue (SPEC §11), in every engine process: each
+        is moved once (``queue.resume_due``), then any worker claims it. Looks every
+        FLOWYARD_RESUME_POLL_SECONDS, and at the earliest due time it knows of."""
+        poll = self.settings.resume_poll_seconds
+        while True:
+            try:
+                moved = await self.resume_once()
+                if moved:
+                    continue  # perhaps more are due
+                async with self.db.read() as session:
+                    nxt = await queue.next_due(session)
+                self._next_due = nxt.timestamp() if nxt is not None else None
+            except Exception:
+                log.exception("resuming waiting executions failed")
+            wait = poll
+            if self._next_due is not None:
+                wait = min(poll, max(self._next_due - time.time(), 0.0) + 0.005)
+            self._resume_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._resume_wake.wait()
+
+    async def resume_once(self) -> int:
+        """Queue the waiting executions that are due now; how many were moved."""
+        async with self.db.write(durable=False) as session:
+            ids = await queue.resume_due(session)
+            if ids:
+                await self.notifier.stage(session, [WORK])
+        if not ids:
+            return 0
+        self.notifier.committed([WORK])
+        self.resumed += len(ids)
+        log.debug("resumed %d waiting executions", len(ids))
+        self.wake()
+        return len(ids)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -556,6 +618,8 @@ class Worker:
             "id": self.id,
             "running": len(self._running),
             "completed": self.completed,
+            "parked": self.parked,
+            "resumed": self.resumed,
             "pool": self.pool.stats(),
         }
 

@@ -126,6 +126,8 @@ async def publish(message: Message, ctx: StepContext) -> Message:
     routing_key = _render_url(f.routingKey, data) if "{{" in f.routingKey else f.routingKey
     if f.messageId is not None:
         message_id = str(render(f.messageId, data))
+    elif ctx.idempotency_key:  # the same on every retry and redelivery of this step (SPEC §11)
+        message_id = ctx.idempotency_key
     else:
         index = message["metadata"].get("splitIndex", 0)
         message_id = f"{ctx.execution_id}:{ctx.node_id}:{index}"

@@ -25,6 +25,7 @@ import orjson
 from flowyard.components.builtins import ComponentError
 from flowyard.components.expressions import ExpressionError, apply_mapper, compile_expression, compile_mapper
 from flowyard.components.netpolicy import DestinationRefused, NetworkPolicy, Resolver, VettingBackend
+from flowyard.components.retry import NonRetryable
 
 if TYPE_CHECKING:
     from flowyard.config import Settings
@@ -42,8 +43,8 @@ async def vet_host(
     backend = VettingBackend(NetworkPolicy(settings.http_allow_networks), resolver=resolver)
     try:
         addresses = await backend.vetted_addresses(host, port, within)
-    except DestinationRefused as exc:
-        raise ComponentError(str(exc)) from None
+    except DestinationRefused as exc:  # the network policy: no retry makes it allowed
+        raise NonRetryable(str(exc)) from None
     except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
         raise ComponentError(str(exc)) from None
     return addresses[0]
@@ -65,7 +66,7 @@ class Endpoint:
 def credential_url(credentials: dict[str, Any] | None, component: str, schemes: dict[str, int]) -> Endpoint:
     """Parse ``credentials["url"]``; ``schemes`` maps each accepted scheme to its default port."""
     if not credentials or not isinstance(credentials.get("url"), str):
-        raise ComponentError(f"{component}: the node needs credentials_id naming a secret with a 'url'")
+        raise NonRetryable(f"{component}: the node needs credentials_id naming a secret with a 'url'")
     try:
         parts: SplitResult = urlsplit(credentials["url"])
         port = parts.port

@@ -35,6 +35,7 @@ from flowyard.components.connectors.common import (
 )
 from flowyard.components.context import StepContext
 from flowyard.components.registry import Component, Message
+from flowyard.components.retry import NonRetryable
 
 if TYPE_CHECKING:  # SQLAlchemy's async engine is imported when a sql step first needs it, so
     # runner processes of flows without a sql node do not carry it (about 20 MB each).
@@ -123,7 +124,7 @@ def sqlite_owner_dir(tenant: str | None, owner_user: str | None) -> str:
     elif owner_user:
         kind, ident = "user", owner_user
     else:
-        raise ComponentError("sql: SQLite needs a flow with a tenant or an owner user (it has neither)")
+        raise NonRetryable("sql: SQLite needs a flow with a tenant or an owner user (it has neither)")
     if _SAFE_ID.match(ident):
         return f"{kind}-{ident}"
     return f"{kind}.{hashlib.sha256(ident.encode()).hexdigest()}"
@@ -136,20 +137,20 @@ def _sqlite_path(raw_url: str, settings: Settings, tenant: str | None, owner_use
     resolving."""
     root = settings.sql_sqlite_dir
     if root is None:
-        raise ComponentError(
+        raise NonRetryable(
             "sql: SQLite credentials are refused unless FLOWYARD_SQL_SQLITE_DIR names the directory "
             "flows may use"
         )
     parts = urlsplit(raw_url)
     if parts.scheme.lower() != "sqlite" or parts.netloc or parts.query or parts.fragment or "?" in raw_url:
-        raise ComponentError(_SQLITE_URL)
+        raise NonRetryable(_SQLITE_URL)
     name = unquote(parts.path)
     if not name.startswith("/"):
-        raise ComponentError(_SQLITE_URL)
+        raise NonRetryable(_SQLITE_URL)
     name = name[1:]  # sqlite:///a.db: a.db in the flow's directory
     pieces = name.split("/")
     if not name or not all(_SAFE_PART.match(p) and p not in (".", "..") for p in pieces):
-        raise ComponentError(
+        raise NonRetryable(
             f"{_SQLITE_URL} (letters, digits, '_', '-' and '.'; no absolute path, '..' or URI form): "
             f"{name[:100]!r} is refused"
         )
@@ -161,11 +162,11 @@ def _sqlite_path(raw_url: str, settings: Settings, tenant: str | None, owner_use
     except FileExistsError:
         pass
     if own.is_symlink() or not own.is_dir():
-        raise ComponentError("sql: the flow's SQLite directory is not a plain directory")
+        raise NonRetryable("sql: the flow's SQLite directory is not a plain directory")
     own = own.resolve()
     path = (own / name).resolve()
     if path == own or not path.is_relative_to(own):
-        raise ComponentError("sql: the SQLite file must lie inside the flow's own directory")
+        raise NonRetryable("sql: the SQLite file must lie inside the flow's own directory")
     return path
 
 
@@ -192,7 +193,7 @@ async def _make_engine(credentials: dict[str, Any], ctx: StepContext, seconds: f
     query = dict(parse_qsl(ep.query))
     refused = sorted(set(query) - _QUERY_ALLOWED[family])
     if refused:
-        raise ComponentError(f"sql: the credential url may not set {', '.join(refused)}")
+        raise NonRetryable(f"sql: the credential url may not set {', '.join(refused)}")
     database = unquote(ep.path.lstrip("/")) or None
     address = await vet_host(settings, ep.host, ep.port, within=seconds)
     url = URL.create(
@@ -303,13 +304,13 @@ async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
             size = 0
             async for row in stream.mappings():
                 if len(rows) >= f.maxRows:
-                    raise ComponentError(
+                    raise NonRetryable(
                         f"sql: the query returned more than {f.maxRows} rows (maxRows); add a LIMIT"
                     )
                 item = {str(k): jsonable(v) for k, v in row.items()}
                 size += json_size(item)
                 if size > cap:
-                    raise ComponentError(
+                    raise NonRetryable(
                         f"sql: the result exceeds {size_text(cap)} (FLOWYARD_CONNECTOR_MAX_RESULT_BYTES)"
                     )
                 rows.append(item)
@@ -319,7 +320,12 @@ async def _run(message: Message, ctx: StepContext, *, query: bool) -> Any:
         if exc.connection_invalidated:
             await _POOLS.discard(key)
         hint = " (a sql step runs one statement)" if _several(f.statement) else ""
-        raise ComponentError(f"sql: {_db_error(exc)}{hint}") from None
+        # The database away or busy may come back; a statement it refuses (syntax, a constraint,
+        # bad data, permissions) is refused again.
+        retryable = exc.connection_invalidated or isinstance(
+            exc, sa_exc.OperationalError | sa_exc.InterfaceError
+        )
+        raise ComponentError(f"sql: {_db_error(exc)}{hint}", retryable=retryable) from None
     except (OSError, sa_exc.SQLAlchemyError) as exc:
         raise ComponentError(f"sql: {_db_error(exc)}") from None
     meta = message["metadata"]

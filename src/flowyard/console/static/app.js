@@ -408,7 +408,8 @@ function table(caption, headers, rows) {
       "table",
       {},
       h("caption", { class: "visually-hidden" }, caption),
-      h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))),
+      // An empty header (a column of buttons) still names itself to screen readers.
+      h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t || h("span", { class: "visually-hidden" }, "Actions"))))),
       h("tbody", {}, rows),
     ),
   );

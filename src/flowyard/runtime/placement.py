@@ -1,0 +1,305 @@
+"""Which runner an execution runs in, and who is blamed when a runner dies.
+
+The one owner of the placement and blame rules of the runner pool (``runtime/pool.py``),
+kept free of I/O so it can be property-tested (``tests/engine/test_placement_property.py``):
+the pool reports what happens (a runner is up, an execution is handed in, finishes, a
+runner dies) and performs the :class:`Plan` this module answers.
+
+Placement:
+
+- A runner holds executions of one *group* only (the queue group of ``queue/store.py``: a
+  tenant, or the owner of tenantless flows) while any of them is aboard; an empty runner
+  is free and may go to any group. So a runner death only ever touches one group.
+- A free runner goes to the waiting group holding the fewest runners (ties: the group
+  waiting longest). A group that holds none while every runner is taken may start a *surge*
+  runner (at most ``runner_surge`` at once, retired after ``runner_surge_idle_seconds``
+  idle); past that, the runner of the group holding the most runners is *drained* (takes
+  no new executions) so that it frees up for the group without one. Tenants are never
+  mixed.
+- An execution that must run *alone* (a suspect, or one of a quarantined group) takes an
+  empty runner and nothing else is placed beside it; a suspect takes a *fresh* runner (one
+  that has run nothing yet: the replacement of the runner that died, a surge runner) when
+  one is free, else any empty one. (Requiring a fresh runner for each suspect
+  cost a runner start per suspect: 32 suspects took over a minute on a busy machine.)
+
+Blame when a runner dies:
+
+- killed for CPU or wall time with the execution named in its slot aboard: that execution
+  is the culprit; the others aboard run again (not counted against them);
+- one execution aboard: it is the culprit (whatever the limit, or a crash while it was on
+  the CPU) — unless the runner died while nobody was on its CPU and no limit was crossed
+  (killed from outside): then the death counts as a *loss*, and an execution that
+  witnessed ``MAX_LOSSES`` such deaths fails ("its runner process died N times");
+- several aboard and no certain culprit (memory, a crash, an unexplained exit): all of
+  them are suspects and run again, each alone in a fresh runner, not counted as a failed
+  attempt; only the one that kills its runner alone is the culprit. The group is
+  quarantined for ``runner_quarantine_seconds``: its next executions run alone too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+MAX_LOSSES = 3  # unexplained deaths an execution may witness alone before it fails
+CERTAIN = frozenset({"cpu", "wall"})  # limits charged to the execution named in the slot
+LIMITS = frozenset({"cpu", "wall", "memory"})
+
+
+@dataclass(eq=False)
+class Seat:
+    """A runner as placement sees it."""
+
+    rid: int
+    surge: bool
+    fresh: bool = True
+    group: str | None = None
+    jobs: set[int] = field(default_factory=set)
+    alone: bool = False
+    draining: bool = False
+    condemned: bool = False
+    idle_since: float = 0.0
+    owned_since: float = 0.0
+
+
+@dataclass(eq=False)
+class Ticket:
+    """An execution handed to the pool, until it finishes or fails."""
+
+    seq: int
+    group: str
+    since: float
+    suspect: bool = False
+    alone: bool = False
+    losses: int = 0
+    rid: int | None = None
+
+
+@dataclass
+class Plan:
+    place: list[tuple[int, int]] = field(default_factory=list)  # (execution seq, runner id)
+    start_surge: int = 0  # surge runners to start
+    retire: list[int] = field(default_factory=list)  # idle surge runners to stop
+
+
+@dataclass
+class Death:
+    culprit: int | None = None  # fails with its limit (or its crash)
+    lost: list[int] = field(default_factory=list)  # fail: "its runner process died N times"
+    suspects: list[int] = field(default_factory=list)  # run again, each alone
+    rerun: list[int] = field(default_factory=list)  # witnesses of a certain death: run again
+    quarantined: str | None = None
+
+
+class Placement:
+    def __init__(
+        self,
+        *,
+        base: int,
+        capacity: int,
+        surge: int = 2,
+        surge_idle_seconds: float = 30.0,
+        quarantine_seconds: float = 10.0,
+    ) -> None:
+        self.base = base
+        self.capacity = capacity
+        self.surge = surge
+        self.surge_idle_seconds = surge_idle_seconds
+        self.quarantine_seconds = quarantine_seconds
+        self.seats: dict[int, Seat] = {}
+        self.tickets: dict[int, Ticket] = {}
+        self.quarantine: dict[str, float] = {}
+        self.surge_starting = 0
+
+    # -- what happens -------------------------------------------------------------------
+
+    def runner_up(self, rid: int, *, surge: bool, now: float) -> None:
+        if surge:
+            self.surge_starting = max(0, self.surge_starting - 1)
+        self.seats[rid] = Seat(rid, surge, idle_since=now)
+
+    def runner_start_failed(self, *, surge: bool) -> None:
+        if surge:
+            self.surge_starting = max(0, self.surge_starting - 1)
+
+    def condemn(self, rid: int) -> None:
+        """The runner is being killed: nothing more is placed on it."""
+        if (seat := self.seats.get(rid)) is not None:
+            seat.condemned = True
+
+    def submit(self, seq: int, group: str, now: float) -> None:
+        self.tickets[seq] = Ticket(seq, group, now)
+
+    def finish(self, seq: int, now: float) -> None:
+        """The execution is done (or cancelled, or failed without its runner dying)."""
+        t = self.tickets.pop(seq, None)
+        if t is None or t.rid is None:
+            return
+        seat = self.seats.get(t.rid)
+        if seat is not None:
+            seat.jobs.discard(seq)
+            if not seat.jobs:
+                self._empty(seat, now)
+
+    def died(self, rid: int, named: int | None, kind: str, now: float) -> Death:
+        """The runner died. ``named``: the execution its slot names (on its CPU, or the
+        one the watchdog killed it for); ``kind``: "cpu", "wall", "memory", "crash" or ""
+        (no limit crossed, nobody on its CPU)."""
+        seat = self.seats.pop(rid, None)
+        death = Death()
+        if seat is None:
+            return death
+        aboard = [self.tickets[s] for s in sorted(seat.jobs) if s in self.tickets]
+        for t in aboard:
+            t.rid = None
+        if not aboard:
+            return death
+        if kind in CERTAIN and named in seat.jobs:
+            death.culprit = named
+            death.rerun = [t.seq for t in aboard if t.seq != named]
+        elif len(aboard) == 1:
+            t = aboard[0]
+            if t.seq == named or kind in LIMITS:
+                death.culprit = t.seq
+            else:
+                t.losses += 1
+                if t.losses >= MAX_LOSSES:
+                    death.lost.append(t.seq)
+                else:
+                    t.suspect = t.alone = True
+                    death.suspects.append(t.seq)
+        else:
+            for t in aboard:
+                t.suspect = t.alone = True
+            death.suspects = [t.seq for t in aboard]
+            group = aboard[0].group
+            if self.quarantine_seconds > 0:
+                self.quarantine[group] = now + self.quarantine_seconds
+                death.quarantined = group
+        for seq in [death.culprit, *death.lost]:
+            if seq is not None:
+                self.tickets.pop(seq, None)
+        return death
+
+    def gone(self, rid: int) -> None:
+        """A runner stopped with nothing aboard (retired, recycled, or never started work)."""
+        self.seats.pop(rid, None)
+
+    # -- what to do ---------------------------------------------------------------------
+
+    def waiting(self) -> list[int]:
+        return [t.seq for t in self.tickets.values() if t.rid is None]
+
+    def plan(self, now: float) -> Plan:
+        plan = Plan()
+        for group, until in list(self.quarantine.items()):
+            if until <= now:
+                del self.quarantine[group]
+        queues: dict[str, list[Ticket]] = defaultdict(list)
+        for t in sorted(self.tickets.values(), key=lambda t: (not t.suspect, t.since, t.seq)):
+            if t.rid is None:
+                queues[t.group].append(t)
+        blocked: set[str] = set()
+        while queues:
+            held = self._held()
+            order = sorted(queues, key=lambda g: (held.get(g, 0), queues[g][0].since))
+            progressed = False
+            for g in order:
+                t = queues[g][0]
+                alone = t.alone or g in self.quarantine
+                seat = self._seat_for(g, alone=alone, fresh=t.suspect)
+                if seat is None:
+                    blocked.add(g)
+                    del queues[g]  # first in, first out within a group
+                    continue
+                self._board(seat, t, alone, now)
+                plan.place.append((t.seq, seat.rid))
+                queues[g].pop(0)
+                if not queues[g]:
+                    del queues[g]
+                progressed = True
+                break
+            if not progressed:
+                break
+        self._relieve(plan, blocked)
+        for seat in list(self.seats.values()):
+            if (
+                seat.surge
+                and not seat.jobs
+                and not seat.condemned
+                and now - seat.idle_since >= self.surge_idle_seconds
+            ):
+                del self.seats[seat.rid]
+                plan.retire.append(seat.rid)
+        return plan
+
+    # -- rules ----------------------------------------------------------------------------
+
+    def _held(self) -> dict[str, int]:
+        held: dict[str, int] = defaultdict(int)
+        for seat in self.seats.values():
+            if seat.group is not None and seat.jobs:
+                held[seat.group] += 1
+        return held
+
+    def _usable(self, seat: Seat) -> bool:
+        return not seat.condemned
+
+    def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
+        if not alone:
+            own = [
+                s
+                for s in self.seats.values()
+                if self._usable(s)
+                and s.group == group
+                and s.jobs
+                and not s.alone
+                and not s.draining
+                and len(s.jobs) < self.capacity
+            ]
+            if own:
+                return min(own, key=lambda s: (len(s.jobs), s.rid))
+        free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
+        if not free:
+            return None
+        # Fresh runners for suspects first; others take a used one when there is one.
+        return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
+
+    def _board(self, seat: Seat, t: Ticket, alone: bool, now: float) -> None:
+        if not seat.jobs:
+            seat.group = t.group
+            seat.owned_since = now
+            seat.alone = alone
+            seat.draining = False
+        seat.fresh = False
+        seat.jobs.add(t.seq)
+        t.alone = alone
+        t.rid = seat.rid
+
+    def _empty(self, seat: Seat, now: float) -> None:
+        seat.group = None
+        seat.alone = False
+        seat.draining = False
+        seat.idle_since = now
+
+    def _relieve(self, plan: Plan, blocked: set[str]) -> None:
+        """Groups without a runner that could not be placed: a surge runner, or a drain."""
+        held = self._held()
+        if sum(not s.surge for s in self.seats.values()) < self.base:
+            return  # runners are on their way (start-up, a replacement)
+        surge_up = sum(s.surge for s in self.seats.values())
+        drains_needed = 0
+        for _ in range(sum(held.get(g, 0) == 0 for g in blocked)):
+            if surge_up + self.surge_starting < self.surge:
+                self.surge_starting += 1
+                plan.start_surge += 1
+            else:
+                drains_needed += 1
+        draining = sum(1 for s in self.seats.values() if s.draining and s.jobs)
+        while draining < drains_needed:
+            candidates = [s for s in self.seats.values() if s.jobs and not s.draining and not s.condemned]
+            if not candidates:
+                break
+            victim = min(candidates, key=lambda s: (-held.get(s.group or "", 0), s.owned_since, s.rid))
+            victim.draining = True
+            draining += 1

@@ -1,0 +1,243 @@
+"""Placement and blame (``flowyard.runtime.placement``) under random interleavings.
+
+A model pool drives the real placement rules: executions of several tenants arrive, some of
+them bombs (a CPU burner, or a memory bomb that kills its runner whichever execution its
+slot happens to name), runners come up, executions finish, runners die of the bombs aboard,
+time passes. Whatever the order:
+
+- an execution that is not a bomb never fails (neither as a culprit nor as "died N times");
+- a runner never holds executions of two tenants at once, and a runner holding an
+  execution that must run alone holds nothing else;
+- played to the end, every innocent execution finishes and every bomb fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowyard.runtime.placement import Placement, Plan
+
+GROUPS = ["t:a", "t:b", "t:c", "u:d"]
+
+
+@dataclass
+class Model:
+    placement: Placement
+    now: float = 0.0
+    bombs: dict[int, str] = field(default_factory=dict)  # seq -> "cpu" | "memory"
+    groups: dict[int, str] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+    pending: list[bool] = field(default_factory=list)  # runners starting (surge?)
+    next_seq: int = 1
+    next_rid: int = 1
+
+    def up(self, surge: bool) -> None:
+        self.placement.runner_up(self.next_rid, surge=surge, now=self.now)
+        self.next_rid += 1
+
+    def apply(self, plan: Plan) -> None:
+        for seq, rid in plan.place:
+            seat = self.placement.seats[rid]
+            assert seq in seat.jobs
+        self.pending += [True] * plan.start_surge
+        self.check()
+
+    def check(self) -> None:
+        tickets = self.placement.tickets
+        for seat in self.placement.seats.values():
+            groups = {self.groups[s] for s in seat.jobs}
+            assert len(groups) <= 1, f"runner {seat.rid} holds tenants {groups}"
+            if seat.jobs:
+                assert seat.group in groups
+            if seat.alone:
+                assert len(seat.jobs) <= 1, "an execution run alone has company"
+            for s in seat.jobs:
+                assert tickets[s].rid == seat.rid
+        assert not (self.failed - set(self.bombs)), "an innocent execution failed"
+
+    def step(self) -> None:
+        self.apply(self.placement.plan(self.now))
+
+    def submit(self, group: str, bomb: str | None) -> None:
+        seq = self.next_seq
+        self.next_seq += 1
+        self.groups[seq] = group
+        if bomb:
+            self.bombs[seq] = bomb
+        self.placement.submit(seq, group, self.now)
+
+    def complete(self, pick: int) -> None:
+        placed = sorted(
+            s for s, t in self.placement.tickets.items() if t.rid is not None and s not in self.bombs
+        )
+        if placed:
+            seq = placed[pick % len(placed)]
+            self.placement.finish(seq, self.now)
+            self.finished.add(seq)
+
+    def die(self, pick: int, named_pick: int, crash: bool) -> None:
+        deadly = sorted(
+            rid for rid, seat in self.placement.seats.items() if any(s in self.bombs for s in seat.jobs)
+        )
+        if not deadly:
+            return
+        rid = deadly[pick % len(deadly)]
+        seat = self.placement.seats[rid]
+        aboard = sorted(seat.jobs)
+        bomb = next(s for s in aboard if s in self.bombs)
+        if self.bombs[bomb] == "cpu":
+            named: int | None = bomb  # a CPU kill names the execution on the CPU: the burner
+            kind = "cpu"
+        else:
+            # Memory is per runner: whoever is on the CPU, or nobody, may be named
+            # (named_pick < 0: an innocent one if any is aboard, the worst case).
+            options: list[int | None] = [*aboard, None]
+            innocent = [s for s in aboard if s not in self.bombs]
+            named = innocent[0] if named_pick < 0 and innocent else options[named_pick % len(options)]
+            kind = "crash" if crash and named is not None else "memory"
+        death = self.placement.died(rid, named, kind, self.now)
+        for seq in [death.culprit, *death.lost]:
+            if seq is not None:
+                self.failed.add(seq)
+        self.pending.append(seat.surge)  # the pool replaces a base runner; surge ones end
+        self.check()
+
+    def bring_up(self) -> None:
+        if self.pending:
+            surge = self.pending.pop(0)
+            self.up(surge)
+
+
+submits = st.tuples(
+    st.just("submit"), st.sampled_from(GROUPS), st.sampled_from([None, None, None, "cpu", "memory"])
+)
+ops = st.lists(
+    st.one_of(
+        submits,
+        submits,
+        submits,
+        st.tuples(st.just("complete"), st.integers(0, 50), st.just(0)),
+        st.tuples(st.just("die"), st.integers(0, 50), st.integers(0, 50)),
+        st.tuples(st.just("crash"), st.integers(0, 50), st.integers(0, 50)),
+        st.tuples(st.just("up"), st.just(0), st.just(0)),
+        st.tuples(st.just("tick"), st.sampled_from([0.5, 3.0, 12.0, 40.0]), st.just(0)),
+    ),
+    min_size=10,
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=ops,
+    base=st.integers(1, 3),
+    capacity=st.integers(1, 4),
+    surge=st.integers(0, 2),
+    quarantine=st.sampled_from([0.0, 10.0]),
+)
+def test_placement_never_blames_an_innocent_nor_mixes_tenants(
+    ops: list[tuple[str, object, object]], base: int, capacity: int, surge: int, quarantine: float
+) -> None:
+    m = Model(
+        Placement(
+            base=base, capacity=capacity, surge=surge, surge_idle_seconds=30, quarantine_seconds=quarantine
+        )
+    )
+    m.pending = [False] * base
+    m.bring_up()
+    for op, a, b in ops:
+        if op == "submit":
+            m.submit(str(a), b if isinstance(b, str) else None)
+        elif op == "complete":
+            m.complete(int(a))  # type: ignore[call-overload]
+        elif op in ("die", "crash"):
+            m.die(int(a), int(b), crash=op == "crash")  # type: ignore[call-overload]
+        elif op == "up":
+            m.bring_up()
+        else:
+            m.now += float(a)  # type: ignore[arg-type]
+        m.step()
+    # Play it out: runners come up, innocents finish, bombs kill their runners.
+    for _ in range(5000):
+        if not m.placement.tickets:
+            break
+        m.bring_up()
+        m.die(0, -1, crash=False)
+        m.complete(0)
+        m.now += 1.0
+        m.step()
+    assert not m.placement.tickets, "executions left unplaced forever"
+    innocents = set(m.groups) - set(m.bombs)
+    assert m.finished == innocents
+    assert m.failed == set(m.bombs)
+
+
+def test_a_cpu_kill_blames_the_burner_and_spares_the_rest() -> None:
+    p = Placement(base=1, capacity=8, surge=0)
+    p.runner_up(1, surge=False, now=0)
+    for seq in (1, 2, 3):
+        p.submit(seq, "t:a", 0)
+    assert sorted(p.plan(0).place) == [(1, 1), (2, 1), (3, 1)]
+    death = p.died(1, 2, "cpu", 1)
+    assert (death.culprit, death.rerun, death.suspects) == (2, [1, 3], [])
+
+
+def test_a_memory_death_with_company_makes_suspects_who_run_alone() -> None:
+    p = Placement(base=2, capacity=8, surge=0, quarantine_seconds=10)
+    p.runner_up(1, surge=False, now=0)
+    p.runner_up(2, surge=False, now=0)
+    for seq in (1, 2):
+        p.submit(seq, "t:a", 0)
+    p.submit(3, "t:b", 0)
+    placed = dict(p.plan(0).place)
+    assert placed[1] == placed[2] != placed[3], "tenants apart, one tenant together"
+    death = p.died(placed[1], 1, "memory", 1)
+    assert (death.culprit, death.suspects, death.quarantined) == (None, [1, 2], "t:a")
+    assert p.plan(1).place == [], "a suspect waits for an empty runner"
+    p.runner_up(3, surge=False, now=1)
+    assert p.plan(1).place == [(1, 3)], "alone, in the fresh replacement"
+    p.submit(4, "t:a", 2)
+    assert p.plan(2).place == [], "nothing beside a suspect; quarantined, so 4 waits to run alone"
+    death = p.died(3, None, "memory", 2)
+    assert death.culprit == 1, "alone, it is the culprit"
+    p.runner_up(4, surge=False, now=3)
+    assert p.plan(3).place == [(2, 4)]
+    p.finish(2, 4)
+    assert p.plan(4).place == [(4, 4)]
+    assert p.seats[4].alone, "quarantined: run alone"
+    p.finish(4, 20)
+    p.submit(5, "t:a", 20)
+    p.submit(6, "t:a", 20)
+    assert sorted(p.plan(20).place) == [(5, 4), (6, 4)], "quarantine over: together again"
+
+
+def test_a_tenant_without_a_runner_gets_a_surge_runner_then_a_drained_one() -> None:
+    p = Placement(base=1, capacity=8, surge=1, surge_idle_seconds=5)
+    p.runner_up(1, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    assert p.plan(0).place == [(1, 1)]
+    p.submit(2, "t:b", 0)
+    plan = p.plan(0)
+    assert (plan.place, plan.start_surge) == ([], 1)
+    p.runner_up(2, surge=True, now=0)
+    assert p.plan(0).place == [(2, 2)]
+    p.finish(2, 1)
+    assert p.plan(5).retire == [], "idle for 4 s only"
+    assert p.plan(6).retire == [2]
+    p.submit(3, "t:b", 7)
+    plan = p.plan(7)
+    assert (plan.place, plan.start_surge) == ([], 1)
+    p.runner_start_failed(surge=True)
+    p.surge = 0
+    p.submit(4, "t:a", 7)
+    assert p.plan(7).place == [(4, 1)]
+    assert p.seats[1].draining, "runner 1 drains for t:b"
+    p.submit(5, "t:a", 7.5)
+    assert p.plan(7.5).place == [], "a draining runner takes no more"
+    p.finish(1, 8)
+    p.finish(4, 8)
+    assert p.plan(8).place[0] == (3, 1), "the drained runner goes to the tenant without one"
