@@ -12,7 +12,7 @@ from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.errors import FlowyardError, InvalidInput, error_body
 from flowyard.flows import service
-from flowyard.flows.schemas import Flow, FlowStatusChange
+from flowyard.flows.schemas import Flow, FlowStatusChange, FlowVersion, FlowVersionSummary
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.deps import Caller
@@ -20,6 +20,15 @@ from flowyard.iam.deps import Caller
 router = APIRouter(tags=["flows"])
 
 FlowId = Annotated[str, Path(description="Flow id: 24 hex characters.")]
+
+
+VersionNumber = Annotated[str, Path(description="Version number: a positive integer.")]
+
+
+def _number(raw: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 10:
+        raise InvalidInput("The version must be a positive integer.", field="number")
+    return int(raw)
 
 
 def _nudge(request: Request) -> None:
@@ -195,3 +204,51 @@ _moving(
     FlowStatus.STOPPING,
     "Stop an active flow (active → stopping → inactive)",
 )
+
+
+@router.get(
+    "/flows/{id}/versions",
+    response_model=Page[FlowVersionSummary],
+    responses=errors(400, 401, 403, 404),
+    summary="List a flow's versions, newest first",
+)
+async def list_versions(
+    id: FlowId, request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    lq = parse_list_query(request)
+    async with db.read() as session:
+        rows, total = await service.list_versions(session, caller, id, limit=lq.size, offset=lq.offset)
+    return page(rows, page=lq.page, per_page=lq.size, total=total)
+
+
+@router.get(
+    "/flows/{id}/versions/{number}",
+    response_model=Single[FlowVersion],
+    responses=errors(400, 401, 403, 404),
+    summary="Read one version of a flow",
+)
+async def get_version(id: FlowId, number: VersionNumber, db: DB, caller: Caller) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    n = _number(number)
+    async with db.read() as session:
+        return single(await service.read_version(session, caller, id, n))
+
+
+@router.post(
+    "/flows/{id}/versions/{number}/restore",
+    response_model=Single[Flow],
+    responses=errors(400, 401, 403, 404, 409),
+    summary="Make a new version equal to an earlier one (the flow must be inactive)",
+)
+async def restore_version(
+    id: FlowId, number: VersionNumber, request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_UPDATE)
+    n = _number(number)
+    async with db.write() as session:
+        flow = await service.restore_version(session, caller, id, n, request.app.state.registry)
+    return single(service.to_dict(flow))
