@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from flowyard.api.deps import DB, json_body_doc, read_json
+from flowyard.api.deps import DB, is_json_content_type, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
-from flowyard.errors import FlowyardError, InvalidInput, error_body
+from flowyard.errors import FlowyardError, InvalidInput, UnsupportedMediaType, error_body
 from flowyard.flows import service
-from flowyard.flows.schemas import Flow, FlowStatusChange, FlowVersion, FlowVersionSummary
+from flowyard.flows.schemas import Flow, FlowDocument, FlowStatusChange, FlowVersion, FlowVersionSummary
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.deps import Caller
@@ -78,6 +78,40 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
         await service.check_new_flow(session, caller, flow)
         await service.insert_flows(session, [flow])
     return single(service.to_dict(flow), 201)
+
+
+@router.post(
+    "/flows/import",
+    status_code=201,
+    response_model=Single[Flow],
+    responses=errors(400, 401, 403, 413, 415),
+    openapi_extra=json_body_doc("FlowDocument"),
+    summary="Create a flow from a portable document (GET /flows/{id}/export)",
+    description="400 lists every problem of the document (too big or too deep, fields a document "
+    "never carries, a secret such as webhookSecret or credential values, a component not installed "
+    "here, a credentials_name with no usable secret of that name); nothing is stored then.",
+)
+async def import_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.FLOWS_CREATE)
+    if not is_json_content_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType()
+    raw = await request.body()
+    async with db.write() as session:
+        flow = await service.import_flow(session, caller, raw, request.app.state.registry)
+    return single(service.to_dict(flow), 201)
+
+
+@router.get(
+    "/flows/{id}/export",
+    response_model=Single[FlowDocument],
+    responses=errors(400, 401, 403, 404),
+    summary="A flow as a portable document: no ids, owners or secrets; credentials by name",
+)
+async def export_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    async with db.read() as session:
+        return single(await service.export_flow(session, caller, id))
 
 
 @router.get(

@@ -21,7 +21,7 @@ from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
 from flowyard.db.session import Database
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
-from flowyard.flows import history
+from flowyard.flows import history, portable
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
 from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
@@ -689,4 +689,40 @@ async def restore_version(
         restored_from=version.number,
     )
     await session.refresh(flow)
+    return flow
+
+
+# -- export / import (SPEC §12): reading a flow's document needs what reading the flow needs ----
+
+
+async def export_flow(session: AsyncSession, principal: Principal, flow_id: str) -> dict[str, Any]:
+    principal.require(perms.FLOWS_READ)
+    flow = await get_flow(session, principal, flow_id)
+    return await portable.export_document(session, flow)
+
+
+async def import_flow(
+    session: AsyncSession, principal: Principal, raw: bytes | str, registry: Registry
+) -> Flow:
+    """A new flow of the caller from a document; ``InvalidInput`` lists every problem (of the
+    document, of the flow as validated here, each credential name missing or ambiguous for the
+    caller) and nothing is stored."""
+    principal.require(perms.FLOWS_CREATE)
+    doc, problems = portable.parse(raw)
+    if problems:
+        raise InvalidInput(problems)
+    body, names, problems = portable.to_body(doc)
+    _clean, invalid = validate_flow_body(body, registry=registry)
+    problems += invalid
+    ids, missing = await portable.resolve_names(
+        session, names, tenant=principal.tenant_id, owner_user=principal.user_id
+    )
+    problems += missing
+    if problems:
+        raise InvalidInput(problems)
+    for i, cid in ids.items():
+        body["graph"]["nodes"][i]["credentials_id"] = cid
+    flow = prepare_new_flow(principal, body, registry)
+    await check_new_flow(session, principal, flow)
+    await insert_flows(session, [flow])
     return flow
