@@ -147,7 +147,7 @@ async def test_hostile_documents_are_refused_with_every_problem(
     assert len(messages) >= 5
     # Huge, deeply nested, not JSON, not an object, a credential by id, an unknown format.
     await refused(json.dumps({**good, "description": "x" * 600_000}).encode(), "bytes")
-    await refused({**good, "graph": {"nodes": [{"id": "in", "fields": _deep(60)}], "edges": []}}, "deeper")
+    await refused({**good, "graph": {"nodes": [{"id": "in", "fields": _deep(100)}], "edges": []}}, "deeper")
     await refused(b"[" * 5000, "")
     await refused(b"{not json", "not valid JSON")
     await refused([good], "JSON object")

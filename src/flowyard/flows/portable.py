@@ -20,14 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import jsonvalue
 from flowyard.errors import Problem
+from flowyard.flows import validation
 from flowyard.flows.models import Flow
 from flowyard.secrets import service as secrets
 
 FORMAT = 1
-# A flow's document is small: 500 nodes of ordinary fields fit in far less. Bigger, deeper, and
-# it is refused before anything else is looked at.
+# A flow's document is small: 500 nodes of ordinary fields fit in far less. Bigger, or deeper
+# than a flow body may nest, and it is refused before anything else is looked at.
 MAX_DOCUMENT_BYTES = 512 * 1024
-MAX_DEPTH = 32
+MAX_DEPTH = validation.MAX_DEPTH
 KEYS = ("flowyard", "name", "description", "type", "cron", "graph")
 # Top-level fields of a stored flow that a document never carries.
 _NOT_PORTABLE = {
