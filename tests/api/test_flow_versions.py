@@ -7,8 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
+from flowyard.clock import utcnow
+from flowyard.db.session import Database
+from flowyard.flows.models import Flow
 from flowyard.iam import permissions as perms
+from flowyard.ids import new_id
+from flowyard.queue import store as queue
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 OTHER_GRAPH = {
@@ -186,3 +192,59 @@ async def test_executions_name_the_version_they_ran(engine_client: httpx.AsyncCl
     listed = await c.get(f"/executions?filter[flowId]={fid}", headers=admin.headers)
     assert listed.status_code == 200, listed.text
     assert sorted(e["flowVersion"] for e in listed.json()["data"]) == [1, 2]
+
+
+async def test_an_execution_runs_the_version_it_names(
+    engine_client: httpx.AsyncClient, admin: Account, db: Database
+) -> None:
+    """An execution accepted under version 1 (a retry, a replay, one still queued) runs
+    version 1's graph even though the flow has moved on to version 2 (its nodes differ)."""
+    c = engine_client
+    fid = (await _create(c, admin))["id"]
+    renamed = {
+        "nodes": [
+            {"id": "in", "componentId": "webhook", "function": "receive"},
+            {"id": "second", "componentId": "log", "fields": {"level": "info"}},
+        ],
+        "edges": [{"source": "in", "target": "second"}],
+    }
+    await _patch(c, admin, fid, {"graph": renamed})
+    assert (await c.post(f"/flows/{fid}/start", headers=admin.headers)).status_code == 200
+
+    async def active() -> bool:
+        return (await c.get(f"/flows/{fid}", headers=admin.headers)).json()["data"]["status"] == "active"
+
+    await wait_until(active, within=60)
+    async with db.write() as session:
+        row_version = await session.scalar(sa.select(Flow.version).where(Flow.id == fid))
+        assert row_version == 2
+        old = new_id()
+        await queue.enqueue(
+            session,
+            [
+                queue.NewExecution(
+                    id=old,
+                    flow_id=fid,
+                    flow_version=1,  # the row's counter when version 1 was current
+                    history_version=1,
+                    flow_name="f",
+                    tenant=None,
+                    owner_user=admin.id,
+                    trigger="manual",
+                    input={"n": 1},
+                    created_at=utcnow(),
+                )
+            ],
+        )
+    r = await c.post(f"/webhooks/{fid}", json={"n": 2})
+    assert r.status_code == 202, r.text
+    new = r.json()["data"]["executionId"]
+
+    async def done(eid: str) -> dict[str, Any] | None:
+        e = (await c.get(f"/executions/{eid}", headers=admin.headers)).json()["data"]
+        return e if e["status"] in ("succeeded", "failed") else None
+
+    ran_old = await wait_until(lambda: done(old), within=60)
+    ran_new = await wait_until(lambda: done(new), within=60)
+    assert (ran_old["flowVersion"], [s["nodeId"] for s in ran_old["steps"]]) == (1, ["in", "out"])
+    assert (ran_new["flowVersion"], [s["nodeId"] for s in ran_new["steps"]]) == (2, ["in", "second"])
