@@ -248,3 +248,16 @@ async def test_an_execution_runs_the_version_it_names(
     ran_new = await wait_until(lambda: done(new), within=60)
     assert (ran_old["flowVersion"], [s["nodeId"] for s in ran_old["steps"]]) == (1, ["in", "out"])
     assert (ran_new["flowVersion"], [s["nodeId"] for s in ran_new["steps"]]) == (2, ["in", "second"])
+
+
+async def test_flows_created_together_each_get_version_one(client: httpx.AsyncClient, admin: Account) -> None:
+    r = await client.post(
+        "/flows", json=[flow_body("a"), flow_body("b", cron="0 * * * *")], headers=admin.headers
+    )
+    assert r.status_code == 201, r.text
+    for made in r.json()["data"]:
+        assert made["version"] == 1
+        listed = await _versions(client, admin, made["id"])
+        assert [(v["version"], v["author"]) for v in listed["data"]] == [(1, admin.id)]
+        one = (await client.get(f"/flows/{made['id']}/versions/1", headers=admin.headers)).json()["data"]
+        assert one["cron"] == made["cron"] and one["graph"] == made["graph"]

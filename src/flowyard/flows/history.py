@@ -29,13 +29,19 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
     return any(before.get(attr) != after.get(attr) for attr, _served in VERSIONED)
 
 
-async def record_first(session: AsyncSession, flows: Sequence[Flow], *, author: str | None) -> None:
-    """Version 1 of new flows (their ``history_version`` is 1 already)."""
+async def record_first(session: AsyncSession, flows: Sequence[Flow]) -> None:
+    """Version 1 of new flows (their ``history_version`` is 1 already), by their creators."""
     if flows:
         await session.execute(
             sa.insert(FlowVersion),
             [
-                {"flow_id": f.id, "number": 1, **content(f), "author": author, "created_at": f.created_at}
+                {
+                    "flow_id": f.id,
+                    "number": 1,
+                    **content(f),
+                    "author": f.created_by,
+                    "created_at": f.created_at,
+                }
                 for f in flows
             ],
         )

@@ -465,8 +465,7 @@ async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
     await session.flush()
     for flow in flows:
         await _write_owners(session, flow.id, flow.owners, replace=False)
-    for flow in flows:
-        await history.record_first(session, [flow], author=flow.created_by)
+    await history.record_first(session, flows)
 
 
 # The fields a PATCH body may give (each the same-named attribute of the flow).
