@@ -800,7 +800,7 @@ async function loadHistory(id, box, currentFlow, canUpdate, reloadFlow) {
       const changedRows = rows.filter((r) => r[0] !== " ").length;
       put(diffOut,
         h("p", { class: "muted" }, changedRows ? `${changedRows} changed lines between version ${older.value} and version ${newer.value}.` : "No difference."),
-        h("pre", { class: "diff mono" }, ...rows.map(([mark, line]) => h("div", { class: mark === "+" ? "diff-add" : mark === "-" ? "diff-del" : "diff-same" }, `${mark} ${line}`))),
+        h("pre", { class: "diff mono", tabindex: 0, role: "region", "aria-label": `Differences between version ${older.value} and version ${newer.value}` }, ...rows.map(([mark, line]) => h("div", { class: mark === "+" ? "diff-add" : mark === "-" ? "diff-del" : "diff-same" }, `${mark} ${line}`))),
       );
     } catch (err) {
       put(diffOut, errorBox(err));
@@ -824,7 +824,7 @@ async function loadHistory(id, box, currentFlow, canUpdate, reloadFlow) {
     h("p", { class: "muted" }, "A version is made by every change of the graph, the schedule or the error flow."),
     problems,
     h("table", {},
-      h("thead", {}, h("tr", {}, h("th", {}, "Version"), h("th", {}, "Made"), h("th", {}, "By"), h("th", {}, ""))),
+      h("thead", {}, h("tr", {}, h("th", {}, "Version"), h("th", {}, "Made"), h("th", {}, "By"), h("th", {}, canUpdate ? "Restore" : ""))),
       h("tbody", {}, ...versions.map((v) => h("tr", {},
         h("td", {}, `${v.version}`, v.current ? " (current)" : "", v.restoredFrom ? h("span", { class: "muted" }, ` restores ${v.restoredFrom}`) : null),
         h("td", {}, fmtTime(v.createdAt)),
