@@ -42,6 +42,9 @@ class Step(BaseModel):
 class ExecutionOut(BaseModel):
     id: str
     flowId: str
+    flowVersion: int | None = Field(
+        None, description="The flow's version it ran (SPEC §12; null: from before versions)."
+    )
     tenant: str | None = None
     user: str | None = Field(None, description="The flow's user owner.")
     trigger: Literal["webhook", "cron", "manual"]
