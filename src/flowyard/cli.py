@@ -508,5 +508,114 @@ def templates_import(file: Path) -> None:
         click.echo(template_id)
 
 
+# -- flows: export and import (SPEC §12), for keeping flows in git -----------------------
+
+
+@main.group()
+def flows() -> None:
+    """Export and import flows as portable documents."""
+
+
+async def _acting_as(session: Any, username: str) -> Any:
+    """The principal of ``--as USER``: its own permissions and its roles', as a token of its
+    would have (a disabled user cannot act)."""
+    from flowyard.iam.principal import Principal
+    from flowyard.iam.roles import effective_permissions
+
+    user = await iam.user_by_username(session, username)
+    if user.status == "DISABLED":
+        raise click.ClickException(f"User {username} is disabled.")
+    return Principal(
+        user.id, user.username, user.tenant_id, await effective_permissions(session, user), "cli"
+    )
+
+
+def _slug(name: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:80] or "flow"
+
+
+@flows.command("export")
+@click.argument("flow_ids", nargs=-1, required=True)
+@click.option("--as", "username", required=True, help="Username whose view of the flows is exported.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A file (one flow), or a directory (one <name>.json per flow). Omitted: standard output.",
+)
+def flows_export(flow_ids: tuple[str, ...], username: str, out: Path | None) -> None:
+    """Write flows as portable documents (no ids, owners or secrets; credentials by name)."""
+    from flowyard.flows import service as flow_service
+
+    to_dir = out is not None and (out.is_dir() or len(flow_ids) > 1 or str(out).endswith("/"))
+    if out is None and len(flow_ids) > 1:
+        raise click.UsageError("Several flows need --out DIR.")
+
+    async def run(db: Database) -> list[dict[str, Any]]:
+        async with db.read() as session:
+            principal = await _acting_as(session, username)
+            return [await flow_service.export_flow(session, principal, fid) for fid in flow_ids]
+
+    docs = _with_db(_settings(), run)
+    if out is None:
+        click.echo(json.dumps(docs[0], indent=2, ensure_ascii=False))
+        return
+    if not to_dir:
+        out.write_text(json.dumps(docs[0], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        click.echo(str(out))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    for fid, doc in zip(flow_ids, docs, strict=True):
+        name = _slug(doc["name"])
+        if name in used:
+            name = f"{name}-{fid}"
+        used.add(name)
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        click.echo(str(path))
+
+
+@flows.command("import")
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.option("--as", "username", required=True, help="Username who will own the new flows.")
+def flows_import(source: Path, username: str) -> None:
+    """Create flows from a document, or from every *.json document of a directory. All or
+    nothing: if any document has a problem, every problem is printed and no flow is created."""
+    from flowyard.errors import InvalidInput
+    from flowyard.flows import service as flow_service
+
+    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
+    if not files:
+        raise click.ClickException(f"{source} holds no *.json documents.")
+    registry = Registry.load(builtins.ALL)
+
+    class Refused(Exception):
+        pass
+
+    async def run(db: Database) -> list[tuple[Path, str]]:
+        made: list[tuple[Path, str]] = []
+        failed: list[str] = []
+        try:
+            async with db.write() as session:
+                principal = await _acting_as(session, username)
+                for path in files:
+                    try:
+                        flow = await flow_service.import_flow(session, principal, path.read_bytes(), registry)
+                        made.append((path, flow.id))
+                    except InvalidInput as exc:
+                        failed += [f"{path}: {p.message}" for p in exc.problems]
+                if failed:
+                    raise Refused()  # rolls the whole import back
+        except Refused:
+            raise click.ClickException("nothing was imported:\n" + "\n".join(failed)) from None
+        return made
+
+    for path, fid in _with_db(_settings(), run):
+        click.echo(f"{fid} {path}")
+
+
 if __name__ == "__main__":
     main()

@@ -539,6 +539,47 @@ ROWS: list[Row] = [
         tenant_object(200),
         on(_active_flow, "/flows/{id}/stop"),
     ),
+    # versions, export and import (SPEC §12)
+    Row(
+        "GET",
+        "/flows/{id}/versions",
+        "tenant A's",
+        (FLOWS_READ,),
+        tenant_object(200),
+        on(_flow, "/flows/{id}/versions"),
+    ),
+    Row(
+        "GET",
+        "/flows/{id}/versions/{number}",
+        "tenant A's, version 1",
+        (FLOWS_READ,),
+        tenant_object(200),
+        on(_flow, "/flows/{id}/versions/1"),
+    ),
+    Row(
+        "POST",
+        "/flows/{id}/versions/{number}/restore",
+        "tenant A's, inactive, version 1",
+        (FLOWS_UPDATE,),
+        tenant_object(200),
+        on(_flow, "/flows/{id}/versions/1/restore"),
+    ),
+    Row(
+        "GET",
+        "/flows/{id}/export",
+        "tenant A's",
+        (FLOWS_READ,),
+        tenant_object(200),
+        on(_flow, "/flows/{id}/export"),
+    ),
+    Row(
+        "POST",
+        "/flows/import",
+        "in the caller's tenant",
+        (FLOWS_CREATE,),
+        own_scope(201),
+        with_body("/flows/import", lambda c: {"flowyard": 1, **flow_body()}),
+    ),
     # executions, counts, logs
     Row(
         "POST",

@@ -378,6 +378,29 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
         assert line.count(path) == 1, lines
     b.click_text("a", "Cancel")
 
+    # History: a change of the graph makes version 2, the diff shows the change, and Restore
+    # makes version 3 equal to version 1.
+    graph = api.get(f"/flows/{flow_id}", headers=admin).json()["data"]["graph"]
+    first_graph = json.loads(json.dumps(graph))
+    graph["nodes"][0]["name"] = "Renamed step"
+    r = api.patch(f"/flows/{flow_id}", headers=admin, json={"graph": graph})
+    assert r.status_code == 200 and r.json()["data"]["version"] == 2, r.text
+    b.go("/flows")  # away and back: the flow page reads the history again
+    b.wait_text("main h1", "Flows")
+    b.go(f"/flows/{flow_id}")
+    b.wait_text("section[aria-label='History'] table", r"2 \(current\)")
+    b.click_text("button", "Show diff")
+    b.wait_text("pre.diff", "Renamed step")
+    assert any(
+        el.text.startswith("+") and "Renamed step" in el.text for el in b.find_all("pre.diff .diff-add")
+    )
+    b.check_page("flow-history")
+    b.click_text("button", "Restore")
+    d.switch_to.alert.accept()
+    b.wait_text("section[aria-label='History'] table", r"3 \(current\)")
+    restored = api.get(f"/flows/{flow_id}", headers=admin).json()["data"]
+    assert restored["version"] == 3 and restored["graph"] == first_graph
+
     # Text from the API is text: a flow named like markup shows as typed and runs nothing.
     hostile = '<img src="x" onerror="window.__pwned = 1">'
     r = api.post(

@@ -47,6 +47,9 @@ class Step(BaseModel):
 class ExecutionOut(BaseModel):
     id: str
     flowId: str
+    flowVersion: int | None = Field(
+        None, description="The flow's version it ran (SPEC §12; null: from before versions)."
+    )
     tenant: str | None = None
     user: str | None = Field(None, description="The flow's user owner.")
     trigger: str = Field(description="webhook, cron, manual, event or error (an error flow's run).")

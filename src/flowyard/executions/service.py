@@ -83,6 +83,7 @@ async def run_manually(session: AsyncSession, principal: Principal, flow_id: str
                 id=eid,
                 flow_id=flow.id,
                 flow_version=flow.version,
+                history_version=flow.history_version,
                 flow_name=flow.name,
                 tenant=flow.tenant,
                 owner_user=queue.owner_user_of(flow.owners),
@@ -100,6 +101,7 @@ def to_dict(e: Execution) -> dict[str, Any]:
     return {
         "id": e.id,
         "flowId": e.flow_id,
+        "flowVersion": e.history_version,
         "tenant": e.tenant,
         "user": e.owner_user,
         "trigger": e.trigger,

@@ -39,6 +39,10 @@ class Flow(Timestamped, Base):
     status_changed_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     # Bumped on every content change: PATCH uses it for compare-and-set.
     version: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=1)
+    # SPEC §12: the number of the flow's current version (``flow_versions``, written only by
+    # flows/history.py), moved on every change of graph, cron or errorFlowId; served as
+    # ``version``. ``version`` above moves on every change of the row (and keys the runners).
+    history_version: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=1, server_default="1")
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_execution_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     from_template: Mapped[str | None] = mapped_column(Id)
@@ -73,3 +77,20 @@ class FlowOwner(Base):
     owner_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
 
     __table_args__ = (sa.Index("ix_flow_owners_owner", "owner_type", "owner_id", "flow_id"),)
+
+
+class FlowVersion(Base):
+    """One version of a flow's runnable content (SPEC §12): written only by flows/history.py."""
+
+    __tablename__ = "flow_versions"
+
+    flow_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    number: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    graph: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False)
+    cron: Mapped[str | None] = mapped_column(sa.String(200))
+    error_flow_id: Mapped[str | None] = mapped_column(Id)
+    # The user whose change made it (NULL: the backfill of migration 0018).
+    author: Mapped[str | None] = mapped_column(Id)
+    # The version it restored, when made by a restore.
+    restored_from: Mapped[int | None] = mapped_column(sa.Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from flowyard.api.deps import DB, json_body_doc, read_json
+from flowyard.api.deps import DB, is_json_content_type, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
-from flowyard.errors import FlowyardError, InvalidInput, error_body
+from flowyard.errors import FlowyardError, InvalidInput, UnsupportedMediaType, error_body
 from flowyard.flows import service
-from flowyard.flows.schemas import Flow, FlowStatusChange
+from flowyard.flows.schemas import Flow, FlowDocument, FlowStatusChange, FlowVersion, FlowVersionSummary
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.deps import Caller
@@ -20,6 +20,15 @@ from flowyard.iam.deps import Caller
 router = APIRouter(tags=["flows"])
 
 FlowId = Annotated[str, Path(description="Flow id: 24 hex characters.")]
+
+
+VersionNumber = Annotated[str, Path(description="Version number: a positive integer.")]
+
+
+def _number(raw: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 10:
+        raise InvalidInput("The version must be a positive integer.", field="number")
+    return int(raw)
 
 
 def _nudge(request: Request) -> None:
@@ -69,6 +78,40 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
         await service.check_new_flow(session, caller, flow)
         await service.insert_flows(session, [flow])
     return single(service.to_dict(flow), 201)
+
+
+@router.post(
+    "/flows/import",
+    status_code=201,
+    response_model=Single[Flow],
+    responses=errors(400, 401, 403, 413, 415),
+    openapi_extra=json_body_doc("FlowDocument"),
+    summary="Create a flow from a portable document (GET /flows/{id}/export)",
+    description="400 lists every problem of the document (too big or too deep, fields a document "
+    "never carries, a secret such as webhookSecret or credential values, a component not installed "
+    "here, a credentials_name with no usable secret of that name); nothing is stored then.",
+)
+async def import_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
+    caller.require(perms.FLOWS_CREATE)
+    if not is_json_content_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType()
+    raw = await request.body()
+    async with db.write() as session:
+        flow = await service.import_flow(session, caller, raw, request.app.state.registry)
+    return single(service.to_dict(flow), 201)
+
+
+@router.get(
+    "/flows/{id}/export",
+    response_model=Single[FlowDocument],
+    responses=errors(400, 401, 403, 404),
+    summary="A flow as a portable document: no ids, owners or secrets; credentials by name",
+)
+async def export_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    async with db.read() as session:
+        return single(await service.export_flow(session, caller, id))
 
 
 @router.get(
@@ -195,3 +238,51 @@ _moving(
     FlowStatus.STOPPING,
     "Stop an active flow (active → stopping → inactive)",
 )
+
+
+@router.get(
+    "/flows/{id}/versions",
+    response_model=Page[FlowVersionSummary],
+    responses=errors(400, 401, 403, 404),
+    summary="List a flow's versions, newest first",
+)
+async def list_versions(
+    id: FlowId, request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
+) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    lq = parse_list_query(request)
+    async with db.read() as session:
+        rows, total = await service.list_versions(session, caller, id, limit=lq.size, offset=lq.offset)
+    return page(rows, page=lq.page, per_page=lq.size, total=total)
+
+
+@router.get(
+    "/flows/{id}/versions/{number}",
+    response_model=Single[FlowVersion],
+    responses=errors(400, 401, 403, 404),
+    summary="Read one version of a flow",
+)
+async def get_version(id: FlowId, number: VersionNumber, db: DB, caller: Caller) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_READ)
+    n = _number(number)
+    async with db.read() as session:
+        return single(await service.read_version(session, caller, id, n))
+
+
+@router.post(
+    "/flows/{id}/versions/{number}/restore",
+    response_model=Single[Flow],
+    responses=errors(400, 401, 403, 404, 409),
+    summary="Make a new version equal to an earlier one (the flow must be inactive)",
+)
+async def restore_version(
+    id: FlowId, number: VersionNumber, request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    service.check_id(id)
+    caller.require(perms.FLOWS_UPDATE)
+    n = _number(number)
+    async with db.write() as session:
+        flow = await service.restore_version(session, caller, id, n, request.app.state.registry)
+    return single(service.to_dict(flow))

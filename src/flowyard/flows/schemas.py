@@ -119,6 +119,9 @@ class Flow(BaseModel):
     fromTemplate: str | None = None
     webhookSigned: bool = False
     errorFlowId: str | None = None
+    version: int = Field(
+        description="The current version (SPEC §12): moved by every change of graph, cron or errorFlowId."
+    )
     createdAt: Timestamp
     updatedAt: Timestamp
 
@@ -126,3 +129,34 @@ class Flow(BaseModel):
 class FlowStatusChange(BaseModel):
     id: str
     status: FlowStatus
+
+
+class FlowVersionSummary(BaseModel):
+    flowId: str
+    version: int
+    author: str | None = Field(
+        None, description="The user whose change made it (null: from before versions)."
+    )
+    createdAt: Timestamp
+    restoredFrom: int | None = Field(None, description="The version it restored, when made by a restore.")
+    current: bool
+
+
+class FlowVersion(FlowVersionSummary):
+    graph: FlowGraph
+    cron: str | None = None
+    errorFlowId: str | None = None
+
+
+class FlowDocument(BaseModel):
+    """A portable flow (``GET /flows/{id}/export``, ``POST /flows/import``): no ids, owners,
+    tenant or secrets; a node's credentials are named by ``credentials_name``."""
+
+    model_config = ConfigDict(title="FlowDocument")
+
+    flowyard: int = Field(1, description="The document format version.")
+    name: str
+    description: str | None = None
+    type: FlowType
+    cron: str | None = None
+    graph: FlowGraph

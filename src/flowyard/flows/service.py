@@ -21,6 +21,7 @@ from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
 from flowyard.db.session import Database
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
+from flowyard.flows import history, portable
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
 from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
@@ -138,6 +139,7 @@ def to_dict(flow: Flow | Row) -> dict[str, Any]:
         "fromTemplate": flow.from_template,
         "webhookSigned": flow.webhook_secret is not None,
         "errorFlowId": flow.error_flow_id,
+        "version": flow.history_version,
         "createdAt": isoformat(flow.created_at),
         "updatedAt": isoformat(flow.updated_at),
     }
@@ -489,10 +491,13 @@ def prepare_new_flow(principal: Principal, body: Any, registry: Registry, seal: 
 
 
 async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
+    for flow in flows:
+        flow.history_version = 1
     session.add_all(flows)
     await session.flush()
     for flow in flows:
         await _write_owners(session, flow.id, flow.owners, replace=False)
+    await history.record_first(session, flows)
 
 
 # The fields a PATCH body may give (each the same-named attribute of the flow).
@@ -537,6 +542,12 @@ async def update_flow(
     if error_problems:
         raise InvalidInput(error_problems)
     await _check_credentials_kept(session, flow, clean)
+    now = utcnow()
+    before = history.content(flow)
+    after = {**before, "graph": clean["graph"], "cron": clean["cron"]}
+    if "errorFlowId" in clean:  # once PATCH can set it (SPEC §11), a change makes a version too
+        after["error_flow_id"] = clean["errorFlowId"]
+    new_version = flow.history_version + 1 if history.changed(before, after) else flow.history_version
     values: dict[str, Any] = {
         "name": clean["name"],
         "name_lc": clean["name"].lower(),
@@ -549,7 +560,8 @@ async def update_flow(
         "owners": clean["owners"],
         "error_flow_id": clean.get("errorFlowId"),
         "version": flow.version + 1,
-        "updated_at": utcnow(),
+        "history_version": new_version,
+        "updated_at": now,
     }
     if "webhookSecret" in clean:
         values["webhook_secret"] = _sealed(clean["webhookSecret"], seal)
@@ -561,6 +573,8 @@ async def update_flow(
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict("The flow was changed by another request; read it again and retry.")
+    if new_version != flow.history_version:
+        await history.record(session, flow.id, new_version, after, author=principal.user_id, at=now)
     await _write_owners(session, flow.id, clean["owners"], replace=True)
     await session.refresh(flow)
     return flow
@@ -603,6 +617,7 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
     await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow.id))
+    await history.forget(session, flow.id)
 
 
 async def transition(
@@ -629,3 +644,123 @@ async def transition(
         if current is None:
             raise not_found(flow_id)
         raise Conflict(f"Flow is not {expected}. Current status: {current}")
+
+
+# -- versions (SPEC §12): reading needs what reading the flow needs; restoring is a change -------
+
+
+def _version_number(number: int) -> int:
+    if number < 1 or number > 2**31 - 1:
+        raise InvalidInput("The version must be a positive integer.", field="number")
+    return number
+
+
+async def list_versions(
+    session: AsyncSession, principal: Principal, flow_id: str, *, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of a visible flow's versions, newest first (``tenant.flows.read``)."""
+    principal.require(perms.FLOWS_READ)
+    flow = await get_flow(session, principal, flow_id)
+    rows, total = await history.page(session, flow.id, limit=limit, offset=offset)
+    return [history.to_dict(v, current=flow.history_version, full=False) for v in rows], total
+
+
+async def read_version(
+    session: AsyncSession, principal: Principal, flow_id: str, number: int
+) -> dict[str, Any]:
+    """One version of a visible flow with its content (``tenant.flows.read``)."""
+    principal.require(perms.FLOWS_READ)
+    flow = await get_flow(session, principal, flow_id)
+    version = await history.get(session, flow.id, _version_number(number))
+    if version is None:
+        raise NotFound(f"Flow {flow_id} has no version {number}.")
+    return history.to_dict(version, current=flow.history_version, full=True)
+
+
+async def restore_version(
+    session: AsyncSession, principal: Principal, flow_id: str, number: int, registry: Registry
+) -> Flow:
+    """A new version equal to version ``number`` (``tenant.flows.update``, like a PATCH: the
+    flow must be inactive, and the content must validate today: components installed,
+    credentials usable by the flow's owners)."""
+    principal.require(perms.FLOWS_UPDATE)
+    flow = await get_flow(session, principal, flow_id, for_update=True)
+    version = await history.get(session, flow.id, _version_number(number))
+    if version is None:
+        raise NotFound(f"Flow {flow_id} has no version {number}.")
+    if flow.status != FlowStatus.INACTIVE:
+        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    body = {name: getattr(flow, name) for name in _MUTABLE}
+    body.update(graph=version.graph, cron=version.cron)
+    _clean, problems = validate_flow_body(
+        {k: v for k, v in body.items() if v is not None or k in ("name", "graph", "type")},
+        registry=registry,
+        current_status=flow.status,
+    )
+    problems += await credential_problems(session, version.graph, tenant=flow.tenant, owners=flow.owners)
+    if problems:
+        raise InvalidInput(problems)
+    now = utcnow()
+    new = history.content(version)
+    result = await session.execute(
+        sa.update(Flow)
+        .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)
+        .values(
+            graph=version.graph,
+            cron=version.cron,
+            error_flow_id=version.error_flow_id,
+            version=flow.version + 1,
+            history_version=flow.history_version + 1,
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict("The flow was changed by another request; read it again and retry.")
+    await history.record(
+        session,
+        flow.id,
+        flow.history_version + 1,
+        new,
+        author=principal.user_id,
+        at=now,
+        restored_from=version.number,
+    )
+    await session.refresh(flow)
+    return flow
+
+
+# -- export / import (SPEC §12): reading a flow's document needs what reading the flow needs ----
+
+
+async def export_flow(session: AsyncSession, principal: Principal, flow_id: str) -> dict[str, Any]:
+    principal.require(perms.FLOWS_READ)
+    flow = await get_flow(session, principal, flow_id)
+    return await portable.export_document(session, flow)
+
+
+async def import_flow(
+    session: AsyncSession, principal: Principal, raw: bytes | str, registry: Registry
+) -> Flow:
+    """A new flow of the caller from a document; ``InvalidInput`` lists every problem (of the
+    document, of the flow as validated here, each credential name missing or ambiguous for the
+    caller) and nothing is stored."""
+    principal.require(perms.FLOWS_CREATE)
+    doc, problems = portable.parse(raw)
+    if problems:
+        raise InvalidInput(problems)
+    body, names, problems = portable.to_body(doc)
+    _clean, invalid = validate_flow_body(body, registry=registry)
+    problems += invalid
+    ids, missing = await portable.resolve_names(
+        session, names, tenant=principal.tenant_id, owner_user=principal.user_id
+    )
+    problems += missing
+    if problems:
+        raise InvalidInput(problems)
+    for i, cid in ids.items():
+        body["graph"]["nodes"][i]["credentials_id"] = cid
+    flow = prepare_new_flow(principal, body, registry)
+    await check_new_flow(session, principal, flow)
+    await insert_flows(session, [flow])
+    return flow

@@ -309,6 +309,7 @@ async def accept_batch(
                     Flow.tenant,
                     Flow.owners,
                     Flow.version,
+                    Flow.history_version,
                     Flow.name,
                 ).where(Flow.id.in_(flow_ids))
             )
@@ -381,6 +382,7 @@ async def accept_batch(
                 id=eid,
                 flow_id=req.flow_id,
                 flow_version=flow.version,
+                history_version=flow.history_version,
                 flow_name=flow.name,
                 tenant=flow.tenant,
                 owner_user=queue.owner_user_of(flow.owners),

@@ -22,6 +22,8 @@ class Execution(Base):
     # No foreign key: history and counts outlive a deleted flow.
     flow_id: Mapped[str] = mapped_column(Id, nullable=False)
     flow_version: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    # The flow's version (flows.history_version, SPEC §12) it ran; served as ``flowVersion``.
+    history_version: Mapped[int | None] = mapped_column(sa.Integer)
     tenant: Mapped[str | None] = mapped_column(sa.String(64))
     owner_user: Mapped[str | None] = mapped_column(sa.String(64))
     trigger: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # webhook | cron | manual

@@ -23,6 +23,8 @@ class Claimed:
     # The continuation it starts from (flowyard.queue.continuation): a parked execution being
     # resumed, or a replay; None: from its trigger.
     state: Any = None
+    # The flow's version it runs (SPEC §12; None: an execution from before versions).
+    history_version: int | None = None
 
 
 @dataclass

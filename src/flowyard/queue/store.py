@@ -60,6 +60,8 @@ class NewExecution:
     retry_of: str | None = None
     rerun_of: str | None = None
     parent_execution_id: str | None = None
+    # The flow's version (flows.history_version, SPEC §12); None: read from the flow at enqueue.
+    history_version: int | None = None
 
     def extras(self) -> dict[str, Any]:
         """The optional columns this execution sets (none for a trigger's execution)."""
@@ -94,11 +96,22 @@ async def enqueue(
     """
     if not items:
         return []
+    unknown = {e.flow_id for e in items if e.history_version is None}
+    versions: dict[str, int] = {}
+    if unknown:
+        versions = dict(
+            (
+                await session.execute(sa.select(Flow.id, Flow.history_version).where(Flow.id.in_(unknown)))
+            ).all()
+        )
     rows = [
         {
             "id": e.id,
             "flow_id": e.flow_id,
             "flow_version": e.flow_version,
+            "history_version": e.history_version
+            if e.history_version is not None
+            else versions.get(e.flow_id),
             "tenant": e.tenant,
             "owner_user": e.owner_user,
             "trigger": e.trigger,
@@ -382,6 +395,7 @@ async def claim(
             Execution.id,
             Execution.flow_id,
             Execution.flow_version,
+            Execution.history_version,
             Execution.tenant,
             Execution.owner_user,
             Execution.trigger,
@@ -401,6 +415,7 @@ async def claim(
             id=row.id,
             flow_id=row.flow_id,
             flow_version=row.flow_version,
+            history_version=row.history_version,
             tenant=row.tenant,
             owner_user=row.owner_user,
             trigger=row.trigger,

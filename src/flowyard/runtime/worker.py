@@ -28,7 +28,7 @@ from flowyard import isolate, logconfig, metrics
 from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.flows.models import Flow
+from flowyard.flows.models import Flow, FlowVersion
 from flowyard.ids import new_id
 from flowyard.queue import heartbeat
 from flowyard.queue import store as queue
@@ -228,10 +228,40 @@ class Worker:
                             Flow.tenant,
                             sa.cast(Flow.owners, sa.Text),
                             sa.cast(Flow.graph, sa.Text),
+                            Flow.history_version,
                         ).where(Flow.id.in_(missing))
                     )
                 ).all()
-            for fid, version, tenant, owners, graph in rows:
+                # An execution accepted before its flow's graph changed (a retry, a replay, a
+                # queued one) runs the version it names (SPEC §12), not the flow's current one.
+                now_at = {r[0]: (r[1], r[5]) for r in rows}
+                older = {
+                    (c.flow_id, c.flow_version, c.history_version)
+                    for c in claimed
+                    if (c.flow_id, c.flow_version) not in self._flows
+                    and c.flow_id in now_at
+                    and c.flow_version != now_at[c.flow_id][0]
+                    and c.history_version is not None
+                    and c.history_version != now_at[c.flow_id][1]
+                }
+                old_graphs: dict[tuple[str, int], str] = {}
+                for fid, row_version, number in older:
+                    graph_text = await session.scalar(
+                        sa.select(sa.cast(FlowVersion.graph, sa.Text)).where(
+                            FlowVersion.flow_id == fid, FlowVersion.number == number
+                        )
+                    )
+                    if graph_text is not None:
+                        old_graphs[(fid, row_version)] = graph_text
+            loads: list[tuple[str, int, str | None, str, str]] = [
+                (r[0], r[1], r[2], r[3], r[4]) for r in rows
+            ] + [
+                (fid, row_version, r[2], r[3], graph_text)
+                for (fid, row_version), graph_text in old_graphs.items()
+                for r in rows
+                if r[0] == fid
+            ]
+            for fid, version, tenant, owners, graph in loads:
                 try:
                     spec = await self._prepare(fid, version, tenant, owners, graph)
                 except Exception as exc:
@@ -242,7 +272,8 @@ class Worker:
                     metrics.poison("claim")
                     spec = FlowNotRunnable(why)
                 self._flows[(fid, version)] = spec
-                current[fid] = spec
+                if (fid, version) not in old_graphs:
+                    current[fid] = spec
         metrics.executions_started([c.trigger for c in claimed])
         for c in claimed:
             flow = self._flows.get((c.flow_id, c.flow_version)) or current.get(c.flow_id)

@@ -136,3 +136,33 @@ async def resolve(
         except ValueError as exc:
             problems[secret.id] = str(exc)
     return found, problems
+
+
+# -- names, for portable flows (flows/portable.py): a document names a secret, never its id ------
+
+
+async def names_of(session: AsyncSession, ids: Iterable[str]) -> dict[str, str]:
+    """The names of the secrets ``ids`` (unknown ids are left out); nothing is decrypted."""
+    valid = sorted({i for i in ids if is_valid_id(i)})
+    if not valid:
+        return {}
+    rows = await session.execute(sa.select(Secret.id, Secret.name).where(Secret.id.in_(valid)))
+    return {sid: name for sid, name in rows}
+
+
+async def usable_by_name(
+    session: AsyncSession, names: Iterable[str], *, tenant: str | None, owner_user: str | None
+) -> dict[str, list[str]]:
+    """For each of ``names``, the ids of the secrets of that name a flow of ``tenant`` /
+    ``owner_user`` may use (``usable_clause``): none, one, or several (ambiguous)."""
+    wanted = sorted(set(names))
+    found: dict[str, list[str]] = {n: [] for n in wanted}
+    if wanted:
+        query = (
+            sa.select(Secret.name, Secret.id)
+            .where(Secret.name.in_(wanted), usable_clause(tenant, owner_user))
+            .order_by(Secret.id)
+        )
+        for name, sid in await session.execute(query):
+            found[name].append(sid)
+    return found

@@ -617,6 +617,7 @@ async function viewFlow(id) {
   const execBox = h("div", {});
   const runBox = h("div", {});
   const hookBox = h("div", {});
+  const historyBox = h("div", {});
   const problems = h("div", {});
   const canUpdate = hasPermission("tenant.flows.update");
 
@@ -761,9 +762,104 @@ async function viewFlow(id) {
     h("section", { "aria-label": "Graph" }, h("h2", {}, "Graph"), graphBox),
     h("div", { class: "two-col" }, h("section", {}, hookBox), h("section", {}, runBox)),
     h("section", {}, execBox),
+    h("section", { "aria-label": "History" }, historyBox),
   );
   await loadExecutions();
+  await loadHistory(id, historyBox, () => flow, canUpdate, async () => {
+    flow = (await api("GET", `/flows/${id}`)).data;
+    graphBox.replaceChildren(drawGraph(flow.graph));
+    renderStatus();
+  });
   poll(refresh);
+}
+
+// ---------------------------------------------------------------- history (SPEC §12)
+
+// The versioned content of a version, as the lines a diff compares.
+function versionLines(v) {
+  return JSON.stringify({ graph: v.graph, cron: v.cron, errorFlowId: v.errorFlowId }, null, 2).split("\n");
+}
+
+// A line diff (longest common subsequence): [[" "|"-"|"+", line], ...].
+function lineDiff(a, b) {
+  if (a.length * b.length > 4_000_000) return [...a.map((l) => ["-", l]), ...b.map((l) => ["+", l])];
+  const n = a.length, m = b.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n && j < m) {
+    if (a[i] === b[j]) { out.push([" ", a[i]]); i++; j++; }
+    else if (lcs[i + 1][j] >= lcs[i][j + 1]) out.push(["-", a[i++]]);
+    else out.push(["+", b[j++]]);
+  }
+  while (i < n) out.push(["-", a[i++]]);
+  while (j < m) out.push(["+", b[j++]]);
+  return out;
+}
+
+async function loadHistory(id, box, currentFlow, canUpdate, reloadFlow) {
+  let res;
+  try {
+    res = await api("GET", `/flows/${id}/versions${qs({ "page[size]": 50 })}`);
+  } catch (err) {
+    put(box, h("h2", {}, "History"), errorBox(err));
+    return;
+  }
+  const versions = res.data;
+  const diffOut = h("div", { "aria-live": "polite" });
+  const problems = h("div", {});
+  const pick = (selected) => h("select", {}, ...versions.map((v) => h("option", { value: String(v.version), selected: v.version === selected }, `Version ${v.version}`)));
+  const older = pick(versions.length > 1 ? versions[1].version : versions[0]?.version);
+  const newer = pick(versions[0]?.version);
+  const showDiff = async () => {
+    put(diffOut, );
+    try {
+      const [a, b] = await Promise.all([older.value, newer.value].map((n) => api("GET", `/flows/${id}/versions/${n}`)));
+      const rows = lineDiff(versionLines(a.data), versionLines(b.data));
+      const changedRows = rows.filter((r) => r[0] !== " ").length;
+      put(diffOut,
+        h("p", { class: "muted" }, changedRows ? `${changedRows} changed lines between version ${older.value} and version ${newer.value}.` : "No difference."),
+        h("pre", { class: "diff mono", tabindex: 0, role: "region", "aria-label": `Differences between version ${older.value} and version ${newer.value}` }, ...rows.map(([mark, line]) => h("div", { class: mark === "+" ? "diff-add" : mark === "-" ? "diff-del" : "diff-same" }, `${mark} ${line}`))),
+      );
+    } catch (err) {
+      put(diffOut, errorBox(err));
+    }
+  };
+  const restore = async (n) => {
+    if (!confirm(`Make a new version equal to version ${n}?`)) return;
+    put(problems, );
+    try {
+      await api("POST", `/flows/${id}/versions/${n}/restore`);
+      toast(`Version ${n} restored.`);
+      await reloadFlow();
+      await loadHistory(id, box, currentFlow, canUpdate, reloadFlow);
+    } catch (err) {
+      put(problems, errorBox(err));
+    }
+  };
+  const inactive = currentFlow().status === "inactive";
+  put(box,
+    h("h2", {}, "History"),
+    h("p", { class: "muted" }, "A version is made by every change of the graph, the schedule or the error flow."),
+    problems,
+    h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "Version"), h("th", {}, "Made"), h("th", {}, "By"), h("th", {}, canUpdate ? "Restore" : ""))),
+      h("tbody", {}, ...versions.map((v) => h("tr", {},
+        h("td", {}, `${v.version}`, v.current ? " (current)" : "", v.restoredFrom ? h("span", { class: "muted" }, ` restores ${v.restoredFrom}`) : null),
+        h("td", {}, fmtTime(v.createdAt)),
+        h("td", { class: "mono" }, v.author ? v.author.slice(-8) : "—"),
+        h("td", {}, canUpdate && !v.current
+          ? h("button", { type: "button", class: "secondary", disabled: !inactive, title: inactive ? "" : "Stop the flow to restore a version.", onclick: () => restore(v.version) }, "Restore")
+          : null),
+      ))),
+    ),
+    res.meta.total > versions.length ? h("p", { class: "muted" }, `The newest ${versions.length} of ${res.meta.total} versions.`) : null,
+    versions.length > 1
+      ? h("div", { class: "actions" }, h("label", {}, "Compare ", older), h("label", {}, " with ", newer), h("button", { type: "button", class: "secondary", onclick: showDiff }, "Show diff"))
+      : null,
+    diffOut,
+  );
 }
 
 function fact(label, value) {
