@@ -17,6 +17,7 @@ from flowyard.api import health
 from flowyard.api import metrics as metrics_router
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
+from flowyard.api.paths import RequestRules
 from flowyard.components import builtins
 from flowyard.components import router as components_router
 from flowyard.components.registry import Registry
@@ -114,6 +115,8 @@ def create_app(
         description="Integration flows: store, start and stop them, trigger them by webhook or cron, "
         "and read their executions, counts and logs.",
         lifespan=lifespan,
+        # A trailing slash is dropped by RequestRules (api/paths.py), not redirected.
+        redirect_slashes=False,
     )
     box = SecretBox(load_key(settings.configured_secret_key(), settings.data_dir))
     app.state.settings = settings
@@ -140,6 +143,7 @@ def create_app(
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.
     app.add_middleware(WebhookFastPath, state=app.state)
+    app.add_middleware(RequestRules, routes=lambda: app.routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (
         health,

@@ -35,7 +35,7 @@ async def run_flow(
     id: Annotated[str, Path(description="Flow id.")], request: Request, db: DB, caller: Caller
 ) -> JSONOut:
     check_id(id)
-    payload = await read_json(request, required=False)
+    payload = await read_json(request, required=False, data=True)
     notifier = request.app.state.notifier
     async with db.write() as session:
         eid = await service.run_manually(session, caller, id, payload if payload is not None else {})
