@@ -15,6 +15,7 @@ from flowyard import __version__
 from flowyard import metrics as metric_values
 from flowyard.api import health
 from flowyard.api import metrics as metrics_router
+from flowyard.api.docs import complete
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
 from flowyard.api.paths import RequestRules
@@ -27,10 +28,11 @@ from flowyard.db.session import Database
 from flowyard.enginehost import EngineServices
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
-from flowyard.flows.schemas import MutableFlow
+from flowyard.flows.schemas import MutableFlow, MutableFlowPatch
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.iam.cache import PrincipalCache
+from flowyard.ids import ID_PATTERN
 from flowyard.logs import router as logs_router
 from flowyard.queue import store as queue
 from flowyard.queue.accept import WebhookBatcher, WebhookLimits
@@ -40,7 +42,7 @@ from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
-from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
+from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate, MutableFlowTemplatePatch
 from flowyard.webhooks import openapi as webhooks_openapi
 from flowyard.webhooks import signature
 from flowyard.webhooks.fastpath import WebhookFastPath
@@ -51,7 +53,9 @@ log = logging.getLogger("flowyard")
 # ourselves); their schemas are added to the OpenAPI components here.
 _BODY_MODELS: list[type[BaseModel]] = [
     MutableFlow,
+    MutableFlowPatch,
     MutableFlowTemplate,
+    MutableFlowTemplatePatch,
     FlowFromTemplate,
     iam_schemas.Login,
     iam_schemas.TokenCreate,
@@ -191,6 +195,7 @@ def _install_openapi(app: FastAPI) -> None:
                             "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
                         },
                     }
+        complete(schema, id_pattern=ID_PATTERN)
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
         app.openapi_schema = schema

@@ -3,14 +3,21 @@ problem at once); these models describe the same shapes for OpenAPI."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.json_schema import SkipJsonSchema
 
 from flowyard.clock import Timestamp
 
+# The graph parts refuse unknown keys, as flows.validation does (its NODE_KEYS, EDGE_KEYS, ...).
+_CLOSED = ConfigDict(extra="forbid")
+
 
 class EdgeConfig(BaseModel):
+    model_config = _CLOSED
+
     condition: str | None = Field(None, description="JSONata; the message passes when it is truthy.")
     mapper: dict[str, Any] | None = Field(
         None,
@@ -19,6 +26,8 @@ class EdgeConfig(BaseModel):
 
 
 class Node(BaseModel):
+    model_config = _CLOSED
+
     id: str = Field(max_length=64)
     componentId: str | None = Field(None, description="An installed component (GET /components).")
     credentials_id: str | None = Field(None, description="Id of a stored secret handed to the component.")
@@ -31,6 +40,8 @@ class Node(BaseModel):
 
 
 class Edge(BaseModel):
+    model_config = _CLOSED
+
     id: str | None = None
     source: str
     target: str
@@ -38,11 +49,17 @@ class Edge(BaseModel):
 
 
 class FlowGraph(BaseModel):
-    nodes: list[Node] = Field(description="Flat array; one inner array of nodes is accepted on input.")
+    model_config = _CLOSED
+
+    nodes: list[Node] = Field(
+        min_length=1, description="Flat array; one inner array of nodes is accepted on input."
+    )
     edges: list[Edge] = Field(default_factory=list)
 
 
 class Owner(BaseModel):
+    model_config = _CLOSED
+
     id: str
     type: Literal["user", "tenant"]
 
@@ -100,3 +117,23 @@ class Flow(BaseModel):
 class FlowStatusChange(BaseModel):
     id: str
     status: FlowStatus
+
+
+def partial_of(model: type[BaseModel], title: str) -> type[BaseModel]:
+    """The PATCH body of ``model``, made from it so the two cannot drift: every field optional
+    (omitted: unchanged). A field required on create may be omitted but not null (the server
+    refuses ``name: null``); the others may be null, which clears them."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        new = copy.copy(info)
+        new.default, new.default_factory = None, None
+        annotation: Any = info.annotation
+        no_null: Any = SkipJsonSchema[None]  # type: ignore[misc]
+        annotation = annotation | no_null if info.is_required() else annotation | None
+        fields[name] = (annotation, new)
+    config = ConfigDict(**{**model.model_config, "title": title})
+    partial: type[BaseModel] = create_model(title, __config__=config, **fields)
+    return partial
+
+
+MutableFlowPatch = partial_of(MutableFlow, "MutableFlowPatch")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowyard.clock import Timestamp
-from flowyard.flows.schemas import FlowGraph, Owner
+from flowyard.flows.schemas import FlowGraph, Owner, partial_of
 
 TemplateStatus = Literal["published", "draft"]
 
@@ -40,6 +40,9 @@ class MutableFlowTemplate(BaseModel):
     shared: bool = Field(
         False, description="A catalog template: every caller with flowTemplates.read sees it, owners or not."
     )
+
+
+MutableFlowTemplatePatch = partial_of(MutableFlowTemplate, "MutableFlowTemplatePatch")
 
 
 class FlowTemplate(BaseModel):
