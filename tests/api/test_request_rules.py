@@ -134,8 +134,9 @@ async def test_nul_inside_run_data_is_data(engine_client: httpx.AsyncClient, adm
     ("method", "path", "allowed"),
     [
         ("PUT", "/api/users", {"GET", "POST"}),
-        # DELETE /tokens/{id} matches it too (and answers 400: a malformed id).
-        ("PUT", "/tokens/introspect", {"DELETE", "POST"}),
+        # /tokens/{id} matches it too, but a literal path is its own resource.
+        ("PUT", "/tokens/introspect", {"POST"}),
+        ("DELETE", "/tokens/introspect", {"POST"}),
         ("PUT", "/flows", {"GET", "POST"}),
         ("PUT", "/flows/5f0000000000000000000000", {"GET", "PATCH", "DELETE"}),
         ("PUT", "/roles/5f0000000000000000000000", {"GET", "PATCH", "DELETE"}),

@@ -28,23 +28,27 @@ class EdgeConfig(BaseModel):
 class Node(BaseModel):
     model_config = _CLOSED
 
-    id: str = Field(max_length=64)
-    componentId: str | None = Field(None, description="An installed component (GET /components).")
-    credentials_id: str | None = Field(None, description="Id of a stored secret handed to the component.")
-    function: str | None = Field(
-        None, description="Function of the component; default: its default function."
+    id: str = Field(min_length=1, max_length=64)
+    componentId: str | None = Field(
+        None, max_length=200, description="An installed component (GET /components)."
     )
-    name: str | None = None
-    description: str | None = None
+    credentials_id: str | None = Field(
+        None, max_length=64, description="Id of a stored secret handed to the component."
+    )
+    function: str | None = Field(
+        None, max_length=200, description="Function of the component; default: its default function."
+    )
+    name: str | None = Field(None, max_length=200)
+    description: str | None = Field(None, max_length=5000)
     fields: dict[str, Any] | None = Field(None, description="Arguments of the component.")
 
 
 class Edge(BaseModel):
     model_config = _CLOSED
 
-    id: str | None = None
-    source: str
-    target: str
+    id: str | None = Field(None, max_length=64)
+    source: str = Field(max_length=64)
+    target: str = Field(max_length=64)
     config: EdgeConfig | None = None
 
 
@@ -54,7 +58,7 @@ class FlowGraph(BaseModel):
     nodes: list[Node] = Field(
         min_length=1, description="Flat array; one inner array of nodes is accepted on input."
     )
-    edges: list[Edge] = Field(default_factory=list)
+    edges: list[Edge] | None = Field(default_factory=list, description="null: no edges.")
 
 
 class Owner(BaseModel):

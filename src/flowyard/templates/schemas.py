@@ -3,7 +3,7 @@ so every problem is reported at once; these models describe the shapes for OpenA
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,9 +35,12 @@ class MutableFlowTemplate(BaseModel):
         description="Who may see the template. Omitted on create: the creator. `[]`: nobody but "
         "administrators, unless `shared`.",
     )
-    status: TemplateStatus = "draft"
-    tags: list[str] = Field(default_factory=list, max_length=100)
-    shared: bool = Field(
+    # null is taken as omitted for these three (flows.validation), so the document allows it.
+    status: TemplateStatus | None = "draft"
+    tags: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default_factory=list, max_length=100
+    )
+    shared: bool | None = Field(
         False, description="A catalog template: every caller with flowTemplates.read sees it, owners or not."
     )
 
