@@ -136,7 +136,6 @@ def _config(tmp: Path, tokens: dict[str, str]) -> tuple[Path, list[str]]:
     for entry in [
         *exclusions.get("checks", []),
         *exclusions.get("operations", []),
-        *exclusions.get("operation_checks", []),
     ]:
         assert entry.get("reason"), f"an exclusion without a reason: {entry}"
     wfc = {
@@ -159,13 +158,6 @@ def _config(tmp: Path, tokens: dict[str, str]) -> tuple[Path, list[str]]:
             "[[operations]]",
             f"include-name = {json.dumps(op['method'] + ' ' + op['path'])}",
             "enabled = false",
-            "",
-        ]
-    for op in exclusions.get("operation_checks", []):
-        lines += [
-            "[[operations]]",
-            f"include-name = {json.dumps(op['method'] + ' ' + op['path'])}",
-            f"checks.{op['check']}.enabled = false",
             "",
         ]
     config = tmp / "schemathesis.toml"

@@ -71,9 +71,14 @@ def nul_problem(path: str) -> Problem:
     return Problem(f"{path}: {message}" if path else f"The body {message}.", path or None)
 
 
-def json_body_doc(schema_ref: str, *, required: bool = True, array_too: bool = False) -> dict[str, Any]:
-    """``openapi_extra`` for routes that read their JSON body by hand."""
+def json_body_doc(
+    schema_ref: str, *, required: bool = True, array_too: bool = False, null_too: bool = False
+) -> dict[str, Any]:
+    """``openapi_extra`` for routes that read their JSON body by hand. ``null_too``: a JSON
+    ``null`` body is taken as no body (``read_json`` returns None for both)."""
     schema: dict[str, Any] = {"$ref": f"#/components/schemas/{schema_ref}"}
+    if null_too:
+        schema = {"anyOf": [schema, {"type": "null"}]}
     if array_too:
         # Items are validated one by one: a bad item gets its errors in its entry of the 201
         # answer, so the array itself accepts any items.

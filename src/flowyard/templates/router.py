@@ -141,7 +141,7 @@ async def delete_template(id: TemplateId, db: DB, caller: Caller) -> JSONOut:
     status_code=201,
     response_model=Single[Flow],
     responses=errors(400, 401, 403, 404, 413, 415),
-    openapi_extra=json_body_doc("FlowFromTemplate", required=False),
+    openapi_extra=json_body_doc("FlowFromTemplate", required=False, null_too=True),
     summary="Create an inactive flow from a template (flowTemplates.read and tenant.flows.create)",
 )
 async def create_flow(id: TemplateId, request: Request, db: DB, caller: Caller) -> JSONOut:
