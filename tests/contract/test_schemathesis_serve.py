@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,71 +21,13 @@ import pytest
 
 from flowyard.iam import permissions as perms
 from tests.conftest import flow_body
+from tests.contract.serve import ADMIN, Server, bin_path
 
 pytestmark = [pytest.mark.slow]
 
 HERE = Path(__file__).parent
-ADMIN = ("contract-admin@example.com", "a long admin password")
 SEED = 20261205
 SECONDS = int(os.environ.get("FLOWYARD_SCHEMATHESIS_SECONDS", "60"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
-
-
-class Server:
-    """``flowyard serve`` in a subprocess, on loopback."""
-
-    def __init__(self, db_url: str, tmp: Path) -> None:
-        self.tmp = tmp
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "FLOWYARD_DATABASE_URL": db_url,
-            "FLOWYARD_DATA_DIR": str(tmp),
-            "FLOWYARD_HOST": "127.0.0.1",
-            "FLOWYARD_PORT": str(self.port),
-            "FLOWYARD_ADMIN_USERNAME": ADMIN[0],
-            "FLOWYARD_ADMIN_PASSWORD": ADMIN[1],
-            "FLOWYARD_LOG_LEVEL": "warning",
-            "FLOWYARD_API_PROCESSES": "1",
-            "FLOWYARD_RUNNERS": "1",
-        }
-        self.log = tmp / "serve.log"
-        out = open(self.log, "wb")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [_bin("flowyard"), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 120  # a liveness bound: the first start migrates
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base}/health/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited: {self.log.read_text(errors='replace')}")
-            time.sleep(0.2)
-        raise AssertionError("serve did not become ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def _seed(base: str) -> dict[str, str]:
@@ -170,7 +107,7 @@ def _run(server: Server, tmp: Path) -> None:
     config, excluded = _config(tmp, tokens)
     report = tmp / "report"
     cmd = [
-        _bin("schemathesis"),
+        bin_path("schemathesis"),
         "--config-file",
         str(config),
         "run",
@@ -207,34 +144,5 @@ def _run(server: Server, tmp: Path) -> None:
     assert server.proc.poll() is None, server.log.read_text(errors="replace")
 
 
-@pytest.fixture
-def sqlite_server(tmp_path: Path) -> Iterator[Server]:
-    server = Server(f"sqlite+aiosqlite:///{tmp_path / 'flowyard.db'}", tmp_path)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def postgres_server(postgres_url: str, tmp_path: Path) -> Iterator[Server]:
-    import asyncio
-
-    from tests.engine.test_processes import _empty  # the API process creates the administrator
-
-    asyncio.run(_empty(postgres_url))
-    server = Server(postgres_url, tmp_path)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-def test_schemathesis_sqlite(sqlite_server: Server, tmp_path: Path) -> None:
-    _run(sqlite_server, tmp_path)
-
-
-def test_schemathesis_postgres(postgres_server: Server, tmp_path: Path) -> None:
-    _run(postgres_server, tmp_path)
+def test_schemathesis(server: Server, tmp_path: Path) -> None:
+    _run(server, tmp_path)
