@@ -73,6 +73,7 @@ def _config(tmp: Path, tokens: dict[str, str]) -> tuple[Path, list[str]]:
     for entry in [
         *exclusions.get("checks", []),
         *exclusions.get("operations", []),
+        *exclusions.get("expected_statuses", []),
     ]:
         assert entry.get("reason"), f"an exclusion without a reason: {entry}"
     wfc = {
@@ -95,6 +96,13 @@ def _config(tmp: Path, tokens: dict[str, str]) -> tuple[Path, list[str]]:
             "[[operations]]",
             f"include-name = {json.dumps(op['method'] + ' ' + op['path'])}",
             "enabled = false",
+            "",
+        ]
+    for op in exclusions.get("expected_statuses", []):
+        lines += [
+            "[[operations]]",
+            f"include-name = {json.dumps(op['method'] + ' ' + op['path'])}",
+            f"checks.{op['check']}.expected-statuses = {json.dumps(op['statuses'])}",
             "",
         ]
     config = tmp / "schemathesis.toml"
