@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from flowyard.iam import permissions as perms
+from flowyard.webhooks.handler import MAX_WAIT
 from tests.conftest import flow_body
 from tests.contract.serve import ADMIN, Server, bin_path
 
@@ -133,8 +134,9 @@ def _run(server: Server, tmp: Path) -> None:
         str(SECONDS),
         "--workers",
         "1",
+        # Longer than the longest webhook ?wait= the document allows: a slow answer is not a failure.
         "--request-timeout",
-        "30",
+        str(int(MAX_WAIT) + 60),
         "--max-redirects",
         "0",
         "--no-color",
