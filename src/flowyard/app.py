@@ -15,8 +15,10 @@ from flowyard import __version__
 from flowyard import metrics as metric_values
 from flowyard.api import health, reference
 from flowyard.api import metrics as metrics_router
+from flowyard.api.docs import complete
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
+from flowyard.api.paths import RequestRules
 from flowyard.components import builtins
 from flowyard.components import router as components_router
 from flowyard.components.registry import Registry
@@ -26,10 +28,11 @@ from flowyard.db.session import Database
 from flowyard.enginehost import EngineServices
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
-from flowyard.flows.schemas import MutableFlow
+from flowyard.flows.schemas import MutableFlow, MutableFlowPatch
 from flowyard.iam import router as iam_router
 from flowyard.iam import schemas as iam_schemas
 from flowyard.iam.cache import PrincipalCache
+from flowyard.ids import ID_PATTERN
 from flowyard.logs import router as logs_router
 from flowyard.queue import store as queue
 from flowyard.queue.accept import WebhookBatcher, WebhookLimits
@@ -39,7 +42,7 @@ from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
-from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate
+from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate, MutableFlowTemplatePatch
 from flowyard.webhooks import openapi as webhooks_openapi
 from flowyard.webhooks import signature
 from flowyard.webhooks.fastpath import WebhookFastPath
@@ -50,7 +53,9 @@ log = logging.getLogger("flowyard")
 # ourselves); their schemas are added to the OpenAPI components here.
 _BODY_MODELS: list[type[BaseModel]] = [
     MutableFlow,
+    MutableFlowPatch,
     MutableFlowTemplate,
+    MutableFlowTemplatePatch,
     FlowFromTemplate,
     iam_schemas.Login,
     iam_schemas.TokenCreate,
@@ -116,6 +121,8 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # api/reference.py serves /docs and /redoc from shipped files
         redoc_url=None,
+        # A trailing slash is dropped by RequestRules (api/paths.py), not redirected.
+        redirect_slashes=False,
     )
     box = SecretBox(load_key(settings.configured_secret_key(), settings.data_dir))
     app.state.settings = settings
@@ -142,6 +149,7 @@ def create_app(
     install_error_handlers(app)
     # Added last runs first: request ids and the body limit wrap the webhook fast path too.
     app.add_middleware(WebhookFastPath, state=app.state)
+    app.add_middleware(RequestRules, routes=lambda: app.routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (
         health,
@@ -190,6 +198,7 @@ def _install_openapi(app: FastAPI) -> None:
                             "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
                         },
                     }
+        complete(schema, id_pattern=ID_PATTERN)
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
         app.openapi_schema = schema

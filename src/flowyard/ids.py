@@ -22,6 +22,8 @@ import time
 from flowyard.errors import InvalidInput
 
 _ID_RE = re.compile(r"[0-9a-f]{24}")
+# The same rule for the OpenAPI document (every {id} path parameter, id filters).
+ID_PATTERN = "^[0-9a-f]{24}$"
 _START_BELOW = 1 << 63
 _MAX_STEP = 1 << 32
 _COUNTER_LIMIT = 1 << 64

@@ -54,6 +54,30 @@ def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+def nul_paths(value: Any) -> list[str]:
+    """JSON paths (``a.b[0].c``) of the strings in ``value``, values or keys, that contain
+    U+0000; sorted. The one NUL rule: PostgreSQL cannot store U+0000 in text (nor ``jsonb``),
+    so every API body whose text is stored is refused with it (``api.deps.read_json``).
+    A key holding NUL is named with ``\\u0000`` in its place and not looked into."""
+    found: list[str] = []
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                found.append(at)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                sub_path = f"{at}.{key}" if at else str(key)
+                if "\x00" in key:
+                    found.append(sub_path.replace("\x00", "\\u0000"))
+                else:
+                    stack.append((sub, sub_path))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
+    return sorted(found)
+
+
 def size_over(value: Any, limit: int) -> int | None:
     """The size of ``value`` written as JSON when it is over ``limit`` bytes, else None. The
     runner checks each value a step produces with it, after ``depth_exceeds`` (orjson writes at

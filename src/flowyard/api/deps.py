@@ -13,7 +13,7 @@ from flowyard import jsonvalue
 from flowyard.api.problems import validation_problems
 from flowyard.config import Settings
 from flowyard.db.session import Database
-from flowyard.errors import InvalidInput, UnsupportedMediaType
+from flowyard.errors import InvalidInput, Problem, UnsupportedMediaType
 
 
 def get_db(request: Request) -> Database:
@@ -37,9 +37,12 @@ def is_json_content_type(value: str | None) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-async def read_json(request: Request, *, required: bool = True) -> Any:
+async def read_json(request: Request, *, required: bool = True, data: bool = False) -> Any:
     """The request body as JSON: 415 for another content type, 400 if it does not parse or nests
-    deeper than ``jsonvalue.MAX_DEPTH``."""
+    deeper than ``jsonvalue.MAX_DEPTH``, and 400 naming each string (value or key) that holds
+    U+0000 (``jsonvalue.nul_paths``: text we store cannot hold it on PostgreSQL). ``data=True``
+    is for a payload kept as a JSON document (a manual run's input, like a webhook's): NUL
+    inside its strings is data, stored escaped on both databases."""
     raw = await request.body()
     if not raw:
         if required:
@@ -50,16 +53,32 @@ async def read_json(request: Request, *, required: bool = True) -> Any:
     if not is_json_content_type(request.headers.get("content-type")):
         raise UnsupportedMediaType()
     try:
-        return jsonvalue.loads(raw)
+        value = jsonvalue.loads(raw)
     except jsonvalue.TooDeep as exc:
         raise InvalidInput(f"The body {exc}.") from None
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"The body is not valid JSON: {exc}") from None
+    if not data:
+        paths = jsonvalue.nul_paths(value)
+        if paths:
+            raise InvalidInput([nul_problem(path) for path in paths])
+    return value
 
 
-def json_body_doc(schema_ref: str, *, required: bool = True, array_too: bool = False) -> dict[str, Any]:
-    """``openapi_extra`` for routes that read their JSON body by hand."""
+def nul_problem(path: str) -> Problem:
+    """The answer for text holding U+0000, at ``path`` of a body (or a query parameter)."""
+    message = "must not contain NUL characters (U+0000)"
+    return Problem(f"{path}: {message}" if path else f"The body {message}.", path or None)
+
+
+def json_body_doc(
+    schema_ref: str, *, required: bool = True, array_too: bool = False, null_too: bool = False
+) -> dict[str, Any]:
+    """``openapi_extra`` for routes that read their JSON body by hand. ``null_too``: a JSON
+    ``null`` body is taken as no body (``read_json`` returns None for both)."""
     schema: dict[str, Any] = {"$ref": f"#/components/schemas/{schema_ref}"}
+    if null_too:
+        schema = {"anyOf": [schema, {"type": "null"}]}
     if array_too:
         # Items are validated one by one: a bad item gets its errors in its entry of the 201
         # answer, so the array itself accepts any items.

@@ -25,7 +25,19 @@ async def health() -> JSONOut:
     responses={
         503: {
             "description": "Draining (the process received SIGTERM/SIGINT and is stopping; "
-            "see Retry-After) or the database is unreachable"
+            "see Retry-After) or the database is unreachable",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["status", "database"],
+                        "properties": {
+                            "status": {"type": "string", "enum": ["draining", "unavailable"]},
+                            "database": {"type": "string", "enum": ["unchecked", "unreachable"]},
+                        },
+                    }
+                }
+            },
         }
     },
 )

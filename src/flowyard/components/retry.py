@@ -124,16 +124,16 @@ def validate_retry(raw: Any) -> list[tuple[str, str]]:
             )
 
     def number(key: str) -> float | None:
-        value = raw.get(key)
-        if value is None:
+        if key not in raw:
             return None
+        value = raw[key]  # null is refused like any other non-number (the schema says so)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             problems.append((f".{key}", "must be a number"))
             return None
         return float(value)
 
     attempts = raw.get("maxAttempts")
-    if attempts is not None and (
+    if "maxAttempts" in raw and (
         isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= _MAX_ATTEMPTS
     ):
         problems.append((".maxAttempts", f"must be an integer from 1 to {_MAX_ATTEMPTS}"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, timedelta
 from typing import Annotated, Any
 
@@ -17,7 +18,13 @@ from flowyard.executions import replay, service
 from flowyard.executions.schemas import CountsResponse, ExecutionDetail, ExecutionOut, ExecutionQueued
 from flowyard.flows.service import check_id
 from flowyard.iam.deps import Caller
+from flowyard.ids import ID_PATTERN
 from flowyard.queue.notify import WORK, finished_messages
+
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+DAY_PARAM = {"format": "date", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+ID_PARAM = {"pattern": ID_PATTERN}
+
 
 router = APIRouter()
 
@@ -35,7 +42,7 @@ async def run_flow(
     id: Annotated[str, Path(description="Flow id.")], request: Request, db: DB, caller: Caller
 ) -> JSONOut:
     check_id(id)
-    payload = await read_json(request, required=False)
+    payload = await read_json(request, required=False, data=True)
     notifier = request.app.state.notifier
     async with db.write() as session:
         eid = await service.run_manually(session, caller, id, payload if payload is not None else {})
@@ -49,7 +56,11 @@ async def run_flow(
 
 ExecutionStatus = Annotated[
     str | None,
-    Query(alias="filter[status]", description="queued, running, waiting, succeeded, failed or cancelled"),
+    Query(
+        alias="filter[status]",
+        description="One of the execution statuses.",
+        json_schema_extra={"enum": list(service.EXECUTION_STATUSES)},
+    ),
 ]
 
 
@@ -89,7 +100,8 @@ async def list_executions(
     _size: PageSize = None,
     _number: PageNumber = None,
     _flow: Annotated[
-        str | None, Query(alias="filter[flowId]", description="Only this flow's executions.")
+        str | None,
+        Query(alias="filter[flowId]", description="Only this flow's executions.", json_schema_extra=ID_PARAM),
     ] = None,
     _status: ExecutionStatus = None,
 ) -> JSONOut:
@@ -181,7 +193,7 @@ def _parse_day(raw: str | None, name: str, default: date, problems: list[Problem
     if raw is None:
         return default
     try:
-        if len(raw) != 10:
+        if not _DAY.fullmatch(raw):
             raise ValueError
         return date.fromisoformat(raw)
     except ValueError:
@@ -199,15 +211,26 @@ def _parse_day(raw: str | None, name: str, default: date, problems: list[Problem
 async def execution_counts(
     db: DB,
     caller: Caller,
-    start: Annotated[str | None, Query(description="YYYY-MM-DD, inclusive; default one month ago")] = None,
-    end: Annotated[str | None, Query(description="YYYY-MM-DD, inclusive; default today")] = None,
-    groupby: Annotated[str | None, Query(description="user (default), flow or component")] = None,
+    start: Annotated[
+        str | None,
+        Query(description="YYYY-MM-DD, inclusive; default one month ago", json_schema_extra=DAY_PARAM),
+    ] = None,
+    end: Annotated[
+        str | None, Query(description="YYYY-MM-DD, inclusive; default today", json_schema_extra=DAY_PARAM)
+    ] = None,
+    groupby: Annotated[
+        str | None,
+        Query(
+            description="user (default), flow or component",
+            json_schema_extra={"enum": list(service.GROUPINGS)},
+        ),
+    ] = None,
 ) -> JSONOut:
     problems: list[Problem] = []
     today = utcnow().date()
     end_day = _parse_day(end, "end", today, problems)
     start_day = _parse_day(start, "start", _month_before(today), problems)
-    group = groupby or "user"
+    group = "user" if groupby is None else groupby
     if group not in service.GROUPINGS:
         problems.append(Problem("groupby must be user, flow or component.", "groupby"))
     if not problems and start_day > end_day:

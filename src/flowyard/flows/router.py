@@ -131,10 +131,16 @@ async def list_flows(
         Query(
             alias="filter[status]",
             description="active, inactive, starting, stopping, or 1 (active), 0 (inactive)",
+            json_schema_extra={"enum": service.STATUS_FILTER_VALUES},
         ),
     ] = None,
     _type: Annotated[
-        str | None, Query(alias="filter[type]", description="ordinary, realtime or long_running (= realtime)")
+        str | None,
+        Query(
+            alias="filter[type]",
+            description="ordinary, realtime or long_running (= realtime)",
+            json_schema_extra={"enum": service.TYPE_FILTER_VALUES},
+        ),
     ] = None,
     _user: Annotated[
         str | None,
@@ -143,7 +149,9 @@ async def list_flows(
     _sort: Annotated[
         str | None,
         Query(
-            alias="sort", description="createdAt, updatedAt or name; prefix - for descending. Default: id."
+            alias="sort",
+            description="createdAt, updatedAt or name; prefix - for descending. Default: id.",
+            json_schema_extra={"enum": service.SORT_VALUES},
         ),
     ] = None,
     _search: Search = None,
@@ -168,7 +176,7 @@ async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     "/flows/{id}",
     response_model=Single[Flow],
     responses=errors(400, 401, 403, 404, 409, 413, 415),
-    openapi_extra=json_body_doc("MutableFlow"),
+    openapi_extra=json_body_doc("MutableFlowPatch"),
     summary="Update an inactive flow",
 )
 async def patch_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:

@@ -3,14 +3,21 @@ problem at once); these models describe the same shapes for OpenAPI."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.json_schema import SkipJsonSchema
 
 from flowyard.clock import Timestamp
 
+# The graph parts refuse unknown keys, as flows.validation does (its NODE_KEYS, EDGE_KEYS, ...).
+_CLOSED = ConfigDict(extra="forbid")
+
 
 class EdgeConfig(BaseModel):
+    model_config = _CLOSED
+
     condition: str | None = Field(None, description="JSONata; the message passes when it is truthy.")
     mapper: dict[str, Any] | None = Field(
         None,
@@ -23,32 +30,47 @@ class RetryPolicy(BaseModel):
     backoff^(n-1)) seconds, spread by ± jitter, until maxAttempts; errors the component marks
     not retryable fail at once."""
 
+    model_config = _CLOSED
+
     maxAttempts: int = Field(1, ge=1, le=20, description="Attempts in all (1: no retry).")
-    initialInterval: float = Field(1.0, ge=0, description="Seconds before the second attempt.")
+    initialInterval: float = Field(
+        1.0, ge=0, le=604800, description="Seconds before the second attempt (at most 7 days)."
+    )
     backoff: float = Field(2.0, ge=1, le=100, description="Factor the interval grows by per attempt.")
     maxInterval: float = Field(
-        300.0, ge=0, description="Longest interval (seconds); a Retry-After within it is honoured."
+        300.0,
+        ge=0,
+        le=604800,
+        description="Longest interval (seconds, at most 7 days); a Retry-After within it is honoured.",
     )
     jitter: float = Field(0.1, ge=0, le=1, description="Spread of each interval, ± this fraction.")
 
 
 class Node(BaseModel):
-    id: str = Field(max_length=64)
-    componentId: str | None = Field(None, description="An installed component (GET /components).")
-    credentials_id: str | None = Field(None, description="Id of a stored secret handed to the component.")
-    function: str | None = Field(
-        None, description="Function of the component; default: its default function."
+    model_config = _CLOSED
+
+    id: str = Field(min_length=1, max_length=64)
+    componentId: str | None = Field(
+        None, max_length=200, description="An installed component (GET /components)."
     )
-    name: str | None = None
-    description: str | None = None
+    credentials_id: str | None = Field(
+        None, max_length=64, description="Id of a stored secret handed to the component."
+    )
+    function: str | None = Field(
+        None, max_length=200, description="Function of the component; default: its default function."
+    )
+    name: str | None = Field(None, max_length=200)
+    description: str | None = Field(None, max_length=5000)
     fields: dict[str, Any] | None = Field(None, description="Arguments of the component.")
     retry: RetryPolicy | None = Field(None, description="Retry policy of the step (SPEC §11).")
 
 
 class Edge(BaseModel):
-    id: str | None = None
-    source: str
-    target: str
+    model_config = _CLOSED
+
+    id: str | None = Field(None, max_length=64)
+    source: str = Field(max_length=64)
+    target: str = Field(max_length=64)
     config: EdgeConfig | None = None
     on: Literal["success", "failure"] = Field(
         "success",
@@ -58,11 +80,17 @@ class Edge(BaseModel):
 
 
 class FlowGraph(BaseModel):
-    nodes: list[Node] = Field(description="Flat array; one inner array of nodes is accepted on input.")
-    edges: list[Edge] = Field(default_factory=list)
+    model_config = _CLOSED
+
+    nodes: list[Node] = Field(
+        min_length=1, description="Flat array; one inner array of nodes is accepted on input."
+    )
+    edges: list[Edge] | None = Field(default_factory=list, description="null: no edges.")
 
 
 class Owner(BaseModel):
+    model_config = _CLOSED
+
     id: str
     type: Literal["user", "tenant"]
 
@@ -160,3 +188,23 @@ class FlowDocument(BaseModel):
     type: FlowType
     cron: str | None = None
     graph: FlowGraph
+
+
+def partial_of(model: type[BaseModel], title: str) -> type[BaseModel]:
+    """The PATCH body of ``model``, made from it so the two cannot drift: every field optional
+    (omitted: unchanged). A field required on create may be omitted but not null (the server
+    refuses ``name: null``); the others may be null, which clears them."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        new = copy.copy(info)
+        new.default, new.default_factory = None, None
+        annotation: Any = info.annotation
+        no_null: Any = SkipJsonSchema[None]  # type: ignore[misc]
+        annotation = annotation | no_null if info.is_required() else annotation | None
+        fields[name] = (annotation, new)
+    config = ConfigDict(**{**model.model_config, "title": title})
+    partial: type[BaseModel] = create_model(title, __config__=config, **fields)
+    return partial
+
+
+MutableFlowPatch = partial_of(MutableFlow, "MutableFlowPatch")

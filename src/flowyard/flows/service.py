@@ -42,6 +42,10 @@ _STATUS_FILTER = {
     "0": FlowStatus.INACTIVE,
 }
 _TYPE_FILTER = {"ordinary": "ordinary", "realtime": "realtime", "long_running": "realtime"}
+# What the list accepts, for the OpenAPI document (flows.router).
+STATUS_FILTER_VALUES = sorted(_STATUS_FILTER)
+TYPE_FILTER_VALUES = sorted(_TYPE_FILTER)
+SORT_VALUES = sorted(FLOW_SORTS | {f"-{s}" for s in FLOW_SORTS})
 
 
 def check_id(flow_id: str) -> None:

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowyard import jsonvalue
 from flowyard.components.cron import CronError, validate_cron
 from flowyard.components.expressions import ExpressionError, compile_expression, compile_mapper
 from flowyard.components.registry import Registry
@@ -93,27 +94,6 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def _nul_paths(value: Any, path: str) -> list[str]:
-    """JSON paths of the strings (values or keys) in ``value`` that contain U+0000."""
-    found: list[str] = []
-    stack = [(value, path)]
-    while stack:
-        item, at = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                found.append(at)
-        elif isinstance(item, dict):
-            for key, sub in item.items():
-                sub_path = f"{at}.{key}" if at else str(key)
-                if "\x00" in key:
-                    found.append(sub_path.replace("\x00", "\\u0000"))
-                else:
-                    stack.append((sub, sub_path))
-        elif isinstance(item, list):
-            stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
-    return sorted(found)
-
-
 def validate_flow_body(
     body: Any,
     *,
@@ -132,7 +112,7 @@ def validate_flow_body(
         c.add("", f"the body is nested more than {MAX_DEPTH} levels deep")
         return {}, c.problems
     # PostgreSQL cannot store U+0000 in text; refuse it everywhere so both databases agree.
-    for path in _nul_paths(body, ""):
+    for path in jsonvalue.nul_paths(body):
         c.add(path, "must not contain NUL characters (U+0000)")
     allowed = {"name", "description", "graph", "type", "cron", "owners", "status"}
     allowed |= {"tags", "shared"} if template else {"tenant", "webhookSecret", "errorFlowId"}

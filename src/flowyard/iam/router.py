@@ -423,7 +423,7 @@ async def get_role(id: ObjectId, db: DB, caller: Caller) -> JSONOut:
     "/roles/{id}",
     tags=["roles"],
     response_model=Single[RoleOut],
-    responses=errors(400, 401, 403, 404, 415),
+    responses=errors(400, 401, 403, 404, 409, 415),
     openapi_extra=json_body_doc("RoleUpdate"),
     summary="Update a role (tenant.roles.update)",
 )

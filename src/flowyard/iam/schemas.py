@@ -5,13 +5,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from flowyard.clock import Timestamp, isoformat
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import Role, Token, User
 
 UserStatus = Literal["ACTIVE", "PENDING", "DISABLED"]
+# A PATCH field that may be omitted (unchanged) but not null: documented without null, and a
+# null is refused by validation (``_not_null``), so the document and the server agree.
+NoNull = SkipJsonSchema[None]
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("may be omitted but not null")
+    return value
+
+
 # Documented as the enumeration, but checked by the service, which names each unknown value.
 Permission = Annotated[str, WithJsonSchema({"type": "string", "enum": list(perms.PERMISSIONS)})]
 
@@ -74,15 +86,15 @@ class UserCreate(BaseModel):
 class UserUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    password: str | None = Field(None, min_length=8, max_length=1024)
-    firstname: str | None = Field(None, max_length=200)
-    lastname: str | None = Field(None, max_length=200)
+    password: str | NoNull = Field(None, min_length=8, max_length=1024)
+    firstname: str | NoNull = Field(None, max_length=200)
+    lastname: str | NoNull = Field(None, max_length=200)
     tenant: str | None = None
-    permissions: list[Permission] | None = None
-    roles: list[str] | None = None
-    status: UserStatus | None = None
+    permissions: list[Permission] | NoNull = None
+    roles: list[str] | NoNull = None
+    status: UserStatus | NoNull = None
     img: str | None = Field(None, max_length=2000)
-    confirmed: bool | None = None
+    confirmed: bool | NoNull = None
     currentPassword: str | None = Field(
         None,
         max_length=1024,
@@ -93,6 +105,10 @@ class UserUpdate(BaseModel):
         description="With password: keep the user's API tokens. Its sessions are always revoked "
         "(all but the caller's own when it changes its own password).",
     )
+
+    _refuse_null = field_validator(
+        "password", "firstname", "lastname", "permissions", "roles", "status", "confirmed", mode="before"
+    )(_not_null)
 
 
 class TenantCreate(BaseModel):
@@ -122,9 +138,11 @@ class RoleCreate(BaseModel):
 class RoleUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    permissions: list[Permission] | None = None
+    name: str | NoNull = Field(None, min_length=1, max_length=200)
+    permissions: list[Permission] | NoNull = None
     description: str | None = Field(None, max_length=2000)
+
+    _refuse_null = field_validator("name", "permissions", mode="before")(_not_null)
 
 
 class TokenCreate(BaseModel):

@@ -12,10 +12,13 @@ from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, page
 from flowyard.errors import InvalidInput, Problem
 from flowyard.iam.deps import Caller
+from flowyard.ids import ID_PATTERN
 from flowyard.logs import service
 from flowyard.logs.schemas import LogEntryOut
 
 router = APIRouter(tags=["logs"])
+_ID = {"pattern": ID_PATTERN}
+_TIME = {"pattern": service.TIME_PATTERN}
 
 
 @router.get(
@@ -29,16 +32,23 @@ async def get_logs(
     db: DB,
     caller: Caller,
     _tenant: Annotated[
-        str, Query(alias="filter[tenant]", description="Required: the tenant whose logs to read.")
+        str,
+        Query(alias="filter[tenant]", min_length=1, description="Required: the tenant whose logs to read."),
     ],
-    _flow: Annotated[str | None, Query(alias="filter[flowId]")] = None,
+    _flow: Annotated[str | None, Query(alias="filter[flowId]", json_schema_extra=_ID)] = None,
     _step: Annotated[str | None, Query(alias="filter[stepId]", description="A node id.")] = None,
-    _execution: Annotated[str | None, Query(alias="filter[executionId]")] = None,
+    _execution: Annotated[str | None, Query(alias="filter[executionId]", json_schema_extra=_ID)] = None,
     showErrors: Annotated[
-        str | None, Query(description="true/1/yes: only level error; false/0/no: all")
+        str | None,
+        Query(
+            description="true/1/yes: only level error; false/0/no: all (any case)",
+            json_schema_extra={"pattern": service.BOOL_PATTERN},
+        ),
     ] = None,
-    from_: Annotated[str | None, Query(alias="from", description="ISO timestamp, inclusive")] = None,
-    to: Annotated[str | None, Query(description="ISO timestamp, inclusive")] = None,
+    from_: Annotated[
+        str | None, Query(alias="from", description="ISO timestamp, inclusive", json_schema_extra=_TIME)
+    ] = None,
+    to: Annotated[str | None, Query(description="ISO timestamp, inclusive", json_schema_extra=_TIME)] = None,
     _size: PageSize = None,
     _number: PageNumber = None,
 ) -> JSONOut:

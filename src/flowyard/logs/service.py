@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -15,11 +16,20 @@ from flowyard.errors import Forbidden, InvalidInput, Problem
 from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.iam.visibility import tenant_data_clause
+from flowyard.ids import is_valid_id
 from flowyard.logs.models import LogEntry
 
 LOG_FILTERS = frozenset({"tenant", "flowId", "stepId", "executionId"})
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
+# For the OpenAPI document: what parse_bool and parse_time accept (parse_time checks the
+# pattern first, so the document is never narrower than the server).
+BOOL_PATTERN = r"^\s*([Tt][Rr][Uu][Ee]|1|[Yy][Ee][Ss]|[Ff][Aa][Ll][Ss][Ee]|0|[Nn][Oo])\s*$"
+TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}(:[0-9]{2}(:[0-9]{2}([.,][0-9]{1,9})?)?)?)?"
+    r"([Zz]|[+ -][0-9]{2}(:?[0-9]{2})?)?$"
+)
+_TIME = re.compile(TIME_PATTERN)
 
 
 def parse_bool(raw: str | None, name: str, problems: list[Problem]) -> bool:
@@ -37,6 +47,8 @@ def parse_time(raw: str | None, name: str, problems: list[Problem]) -> datetime 
     if raw is None:
         return None
     try:
+        if not _TIME.match(raw) or raw.endswith("\n"):
+            raise ValueError
         value = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         problems.append(Problem(f"{name} must be an ISO 8601 timestamp.", name))
@@ -94,6 +106,9 @@ async def query_logs(
         raise InvalidInput("filter[tenant] is required.", field="filter[tenant]")
     where = [await named_scope(session, principal, tenant)]
     f = lq.filters
+    for key in ("flowId", "executionId"):
+        if key in f and not is_valid_id(f[key]):
+            raise InvalidInput(f"filter[{key}] must be an id: 24 hex characters.", field=f"filter[{key}]")
     if "flowId" in f:
         where.append(LogEntry.flow_id == f["flowId"])
     if "stepId" in f:

@@ -35,7 +35,12 @@ async def list_templates(
     _size: PageSize = None,
     _number: PageNumber = None,
     _status: Annotated[
-        str | None, Query(alias="filter[status]", description="published, draft, or 1 (published), 0 (draft)")
+        str | None,
+        Query(
+            alias="filter[status]",
+            description="published, draft, or 1 (published), 0 (draft)",
+            json_schema_extra={"enum": service.STATUS_FILTER_VALUES},
+        ),
     ] = None,
     _user: Annotated[
         str | None,
@@ -47,7 +52,9 @@ async def list_templates(
     _sort: Annotated[
         str | None,
         Query(
-            alias="sort", description="createdAt, updatedAt or name; prefix - for descending. Default: id."
+            alias="sort",
+            description="createdAt, updatedAt or name; prefix - for descending. Default: id.",
+            json_schema_extra={"enum": service.SORT_VALUES},
         ),
     ] = None,
     _search: Search = None,
@@ -103,7 +110,7 @@ async def create_template(request: Request, db: DB, caller: Caller) -> JSONOut:
     "/templates/{id}",
     response_model=Single[FlowTemplate],
     responses=errors(400, 401, 403, 404, 413, 415),
-    openapi_extra=json_body_doc("MutableFlowTemplate"),
+    openapi_extra=json_body_doc("MutableFlowTemplatePatch"),
     summary="Update a flow template (administrators: all)",
 )
 async def patch_template(id: TemplateId, request: Request, db: DB, caller: Caller) -> JSONOut:
@@ -134,7 +141,7 @@ async def delete_template(id: TemplateId, db: DB, caller: Caller) -> JSONOut:
     status_code=201,
     response_model=Single[Flow],
     responses=errors(400, 401, 403, 404, 413, 415),
-    openapi_extra=json_body_doc("FlowFromTemplate", required=False),
+    openapi_extra=json_body_doc("FlowFromTemplate", required=False, null_too=True),
     summary="Create an inactive flow from a template (flowTemplates.read and tenant.flows.create)",
 )
 async def create_flow(id: TemplateId, request: Request, db: DB, caller: Caller) -> JSONOut:

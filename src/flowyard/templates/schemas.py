@@ -3,12 +3,12 @@ so every problem is reported at once; these models describe the shapes for OpenA
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowyard.clock import Timestamp
-from flowyard.flows.schemas import FlowGraph, Owner
+from flowyard.flows.schemas import FlowGraph, Owner, partial_of
 
 TemplateStatus = Literal["published", "draft"]
 
@@ -35,11 +35,17 @@ class MutableFlowTemplate(BaseModel):
         description="Who may see the template. Omitted on create: the creator. `[]`: nobody but "
         "administrators, unless `shared`.",
     )
-    status: TemplateStatus = "draft"
-    tags: list[str] = Field(default_factory=list, max_length=100)
-    shared: bool = Field(
+    # null is taken as omitted for these three (flows.validation), so the document allows it.
+    status: TemplateStatus | None = "draft"
+    tags: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default_factory=list, max_length=100
+    )
+    shared: bool | None = Field(
         False, description="A catalog template: every caller with flowTemplates.read sees it, owners or not."
     )
+
+
+MutableFlowTemplatePatch = partial_of(MutableFlowTemplate, "MutableFlowTemplatePatch")
 
 
 class FlowTemplate(BaseModel):

@@ -35,6 +35,9 @@ from flowyard.templates.models import SEARCH_TABLE, Template, TemplateOwner, Tem
 TEMPLATE_FILTERS = frozenset({"status", "user"})
 TEMPLATE_SORTS = frozenset({"createdAt", "updatedAt", "name"})
 _STATUS_FILTER = {"published": "published", "draft": "draft", "1": "published", "0": "draft"}
+# What the list accepts, for the OpenAPI document (templates.router).
+STATUS_FILTER_VALUES = sorted(_STATUS_FILTER)
+SORT_VALUES = sorted(TEMPLATE_SORTS | {f"-{s}" for s in TEMPLATE_SORTS})
 MAX_FILTER_TAGS = 100
 MAX_IMPORT = 10_000
 _FROM_TEMPLATE_KEYS = frozenset({"name", "description", "cron", "fields"})
