@@ -456,6 +456,48 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
         b.wait_text("main h2", f"^{tab}$")
         b.check_page(f"admin-{tab.lower()}")
 
+    # A step that fails twice (a thrown error is retryable; retried once), then its failure
+    # edge: the edge is drawn apart, the step shows its attempts and each failed attempt's
+    # error, and the run succeeds.
+    fallback = {
+        "name": "Fallback",
+        "type": "ordinary",
+        "graph": {
+            "nodes": [
+                {"id": "in", "componentId": "webhook"},
+                {
+                    "id": "total",
+                    "componentId": "code",
+                    "fields": {
+                        "source": "function main(data) { throw new Error('no total in ' + data.id); }"
+                    },
+                    "retry": {"maxAttempts": 2, "initialInterval": 0},
+                },
+                {"id": "alert", "componentId": "log", "fields": {"message": "no total"}},
+            ],
+            "edges": [
+                {"source": "in", "target": "total"},
+                {"source": "total", "target": "alert", "on": "failure"},
+            ],
+        },
+    }
+    made = api.post("/flows", json=fallback, headers=admin)
+    assert made.status_code == 201, made.text
+    fallback_id = made.json()["data"]["id"]
+    assert api.post(f"/flows/{fallback_id}/start", headers=admin).status_code == 200
+    b.go(f"/flows/{fallback_id}")
+    b.wait_text(".status-line", r"\bactive\b")
+    assert len(b.find_all("svg.graph path.edge-failure")) == 1
+    assert len(b.find_all("svg.graph path.edge")) == 2
+    b.wait_text("svg.graph", "on failure")
+    sent = api.post(f"/webhooks/{fallback_id}", json={"id": "A-3"})
+    assert sent.status_code == 202, sent.text
+    b.go(f"/executions/{sent.json()['data']['executionId']}")
+    b.wait_text(".status-line", "succeeded")
+    b.wait_text(".step-failed .step-facts", "2 attempts")
+    assert "Failed attempts (2)" in b.text(".step-failed details.attempts summary")
+    b.check_page("execution-failure-edge")
+
     # Sign out: the token is gone from the page and from the server.
     b.click_text("button", "Sign out")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)

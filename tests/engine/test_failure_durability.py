@@ -30,9 +30,9 @@ from tests.engine.test_processes import ADMIN, _empty, _free_port, _query
 pytestmark = [pytest.mark.slow]
 # Long enough that every execution is still parked when the processes are killed on a loaded
 # machine (the test checks that it is before it kills).
-DELAYS = (25, 28, 31)  # seconds, one flow each
-RETRY_WAIT = 25.0  # the retry flow's interval before its second attempt
-N_DELAY, N_RETRY = 30, 20
+DELAYS = (60, 65, 70)  # seconds, one flow each
+RETRY_WAIT = 60.0  # the retry flow's interval before its second attempt
+N_DELAY, N_RETRY = 300, 200  # the 500 waiting executions, delays and retry waits mixed
 
 
 class _Upstream(BaseHTTPRequestHandler):
@@ -226,7 +226,9 @@ def test_parked_executions_survive_sigkill_of_every_process(
         ids = list(started)
 
         _until(
-            lambda: set(_statuses(url, ids).values()) == {"waiting"}, 60, f"all parked: {_statuses(url, ids)}"
+            lambda: set(_statuses(url, ids).values()) == {"waiting"},
+            120,
+            f"all parked: {_statuses(url, ids)}",
         )
         s.kill_all()
     except BaseException:
@@ -241,7 +243,7 @@ def test_parked_executions_survive_sigkill_of_every_process(
         s2.wait_ready()
         _until(
             lambda: set(_statuses(url, ids).values()) <= {"succeeded", "failed", "cancelled"},
-            90,
+            240,
             "all resumed and finished",
         )
     finally:

@@ -15,7 +15,7 @@ from tests.conftest import Factory, flow_body, wait_until
 from tests.engine.test_engine_e2e import active_flow
 from tests.engine.test_fair_claim import seed
 
-WAITING = 300
+WAITING = 1000  # the 1,000 executions waiting in a long delay
 
 
 async def _by_status(db: Database) -> dict[str, int]:
@@ -46,7 +46,7 @@ async def test_waiting_executions_hold_no_slot(
     async def all_parked() -> bool:
         return (await _by_status(db)).get("waiting", 0) == WAITING
 
-    assert await wait_until(all_parked, within=120)
+    assert await wait_until(all_parked, within=900)
     worker = engine_app.state.engine.worker
     # Nothing of A's runs, holds a slot in the worker or a runner, or a lease.
     counts = await _by_status(db)

@@ -533,8 +533,9 @@ function drawGraph(graph) {
     const parts = [];
     if (cfg.condition) parts.push(`if ${cfg.condition}`);
     if (cfg.mapper) parts.push(`map ${Object.keys(cfg.mapper).join(", ")}`);
+    if (e.on === "failure") parts.unshift("on failure");
     const label = parts.join(" · ");
-    g.setEdge(e.source, e.target, { label, width: label ? Math.min(220, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
+    g.setEdge(e.source, e.target, { label, failure: e.on === "failure", width: label ? Math.min(220, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
   });
   window.dagre.layout(g);
   const NS = "http://www.w3.org/2000/svg";
@@ -561,7 +562,8 @@ function drawGraph(graph) {
   for (const e of g.edges()) {
     const edge = g.edge(e);
     const d = edge.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
-    svg.append(s("path", { d, class: edge.label ? "edge edge-config" : "edge", "marker-end": "url(#arrow)" }));
+    // A failure edge (SPEC §11) is drawn red and dotted, apart from the normal path.
+    svg.append(s("path", { d, class: edge.failure ? "edge edge-failure" : edge.label ? "edge edge-config" : "edge", "marker-end": "url(#arrow)" }));
     if (edge.label) {
       const text = edge.label.length > 34 ? `${edge.label.slice(0, 33)}…` : edge.label;
       const t = s("text", { x: edge.x, y: edge.y + 4, class: "edge-label", "text-anchor": "middle" }, text);
@@ -1096,8 +1098,18 @@ function stepCard(step, logs, logsUnavailable) {
       h(
         "div",
         {},
-        h("p", { class: "step-facts" }, `${step.runs} run${step.runs === 1 ? "" : "s"} · ${step.messagesIn} in · ${step.messagesOut} out · ${Math.round(step.durationMs)} ms`),
+        h("p", { class: "step-facts" }, `${step.runs} run${step.runs === 1 ? "" : "s"} · ${step.attempts || step.runs} attempt${(step.attempts || step.runs) === 1 ? "" : "s"} · ${step.messagesIn} in · ${step.messagesOut} out · ${Math.round(step.durationMs)} ms`),
         step.error ? h("div", { class: "step-error", role: "note" }, h("strong", {}, "Error: "), step.error) : null,
+        step.attemptErrors && step.attemptErrors.length
+          ? h(
+              "details",
+              { class: "attempts" },
+              h("summary", {}, `Failed attempts (${step.attemptErrors.length})`),
+              h("ol", {}, step.attemptErrors.map((a) => h("li", {}, h("span", { class: "muted" }, `#${a.attempt} · ${fmtTime(a.startedAt)} `), a.error))),
+            )
+          : null,
+        step.input !== null && step.input !== undefined ? h("h4", {}, "Input") : null,
+        step.input !== null && step.input !== undefined ? h("pre", { tabindex: 0 }, fmtJson(step.input)) : null,
         h("h4", {}, "Output"),
         h("pre", { tabindex: 0 }, step.output === null || step.output === undefined ? "—" : fmtJson(step.output)),
       ),
