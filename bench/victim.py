@@ -1,11 +1,12 @@
 """The victim benchmark (issue 17): does one tenant's attack slow down another tenant?
 
-    .venv/bin/python bench/victim.py [--b 100] [--bombs 50] [--burners 50] [--burn 1000000]
+    .venv/bin/python bench/victim.py [--b 100] [--bombs 50] [--burners 50] [--burn 4000000]
                                      [--rate 20] [--keep]
 
 Starts `flowyard serve` (SQLite) and, as the administrator, two tenants with one member
-each. Tenant B's flow is webhook -> jsonata `$count([1..burn])` -> log (set `--burn` so
-that one of B's executions burns about 0.3 s of CPU: B's p50 without the attack shows it); tenant A's flows are a memory bomb (`[1..10000].[1..10000]`) and a CPU
+each. Tenant B's flow is webhook -> a `code` step looping `--burn` times -> log (constant
+memory; set `--burn` so that one of B's executions burns about 0.3 s of CPU: B's p50 without
+the attack shows it); tenant A's flows are a memory bomb (`[1..10000].[1..10000]`) and a CPU
 burner (an endless recursion). Then, twice:
 
 1. without the attack: B's `--b` executions, posted at `--rate` per second;
@@ -44,6 +45,25 @@ def jsonata_flow(name: str, expression: str) -> dict[str, Any]:
             "nodes": [
                 {"id": "in", "componentId": "webhook"},
                 {"id": "calc", "componentId": "jsonata", "fields": {"expression": expression}},
+                {"id": "out", "componentId": "log"},
+            ],
+            "edges": [{"source": "in", "target": "calc"}, {"source": "calc", "target": "out"}],
+        },
+    }
+
+
+def code_flow(name: str, loops: int) -> dict[str, Any]:
+    """webhook -> a code step that burns CPU in constant memory (``loops`` iterations) -> log."""
+    source = (
+        f"function main(data) {{ let s = 0; for (let i = 0; i < {loops}; i++) s += i % 7; return {{s}}; }}"
+    )
+    return {
+        "name": name,
+        "type": "ordinary",
+        "graph": {
+            "nodes": [
+                {"id": "in", "componentId": "webhook"},
+                {"id": "calc", "componentId": "code", "fields": {"source": source}},
                 {"id": "out", "componentId": "log"},
             ],
             "edges": [{"source": "in", "target": "calc"}, {"source": "calc", "target": "out"}],
@@ -107,6 +127,11 @@ async def outcomes(
     return done
 
 
+def _seconds(start: str, end: str) -> float:
+    parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
 def latency(e: dict[str, Any]) -> float:
     created = datetime.fromisoformat(e["createdAt"].replace("Z", "+00:00"))
     finished = datetime.fromisoformat(e["finishedAt"].replace("Z", "+00:00"))
@@ -142,6 +167,17 @@ async def run(
             failed = sum(e["status"] == "failed" for e in attackers.values())
             print(f"  A: {failed}/{args.bombs + args.burners} failed (expected: all)")
             ok = ok and failed == args.bombs + args.burners
+        done = [e for e in victims.values() if e.get("finishedAt") and e.get("startedAt")]
+        waits = [_seconds(e["createdAt"], e["startedAt"]) for e in done]
+        steps = [
+            s["durationMs"] / 1000 for e in done for s in e.get("steps", []) if s.get("nodeId") == "calc"
+        ]
+        if waits and steps:
+            # Where B's time goes: waiting for a slot and runner, or in its step (CPU contention).
+            print(
+                f"  B: queued p50 {pct(waits, 50):.3f} s p99 {pct(waits, 99):.3f} s; "
+                f"code step p50 {pct(steps, 50):.3f} s p99 {pct(steps, 99):.3f} s"
+            )
         return [latency(e) for e in victims.values() if e.get("finishedAt")], ok
 
 
@@ -152,7 +188,7 @@ def main() -> None:
     parser.add_argument("--b", type=int, default=100, help="tenant B's executions per run")
     parser.add_argument("--bombs", type=int, default=50, help="tenant A's memory bombs")
     parser.add_argument("--burners", type=int, default=50, help="tenant A's CPU burners")
-    parser.add_argument("--burn", type=int, default=1000000, help="B's step: $count([1..burn])")
+    parser.add_argument("--burn", type=int, default=4000000, help="loops of B's code step (~0.3 s of CPU)")
     parser.add_argument("--rate", type=float, default=20.0, help="B's webhooks per second")
     parser.add_argument("--cpu-seconds", type=float, default=2.0, help="FLOWYARD_EXECUTION_CPU_SECONDS")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a run to finish")
@@ -170,7 +206,7 @@ def main() -> None:
         admin = server.login()
         a, b = member(server, admin, "attacker"), member(server, admin, "victim")
         flows = {
-            "victim": active_flow(server, b, jsonata_flow("victim", f"$count([1..{args.burn}])")),
+            "victim": active_flow(server, b, code_flow("victim", args.burn)),
             "bomb": active_flow(server, a, jsonata_flow("bomb", BOMB)),
             "burner": active_flow(server, a, jsonata_flow("burner", RUNAWAY)),
         }
