@@ -123,7 +123,7 @@ def serve(
     starts them on one socket beside one engine process; with one, all in one process."""
     settings = _settings()
     _setup_logging(settings)
-    if not no_engine:
+    if not no_engine and settings.serve_lock:
         host_shown = host or settings.host
         port_shown = port if port is not None else settings.port
         _hold_serve_lock(settings, f"{host_shown}:{port_shown}")

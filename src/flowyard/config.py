@@ -195,6 +195,12 @@ class Settings(BaseSettings):
         description="A process whose heartbeat is older than this is dead: another process releases "
         "its executions at once (the lease stays the backstop).",
     )
+    serve_lock: bool = Field(
+        True,
+        description="`serve` with its engine on SQLite holds <database>.serve-lock, so a second one on "
+        "the same database refuses to start (the embedded shape runs one serve per data directory). "
+        "False lets several serve on one SQLite file (tests of engine takeover do).",
+    )
     drain_seconds: float = Field(
         1.0,
         ge=0,

@@ -37,6 +37,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 def _sqlite_cluster(tmp: Path, *, allow_loopback: bool = True) -> Cluster:
     c = Cluster(f"sqlite+aiosqlite:///{(tmp / 'flowyard.db').resolve()}", tmp)
+    # Two engines on one SQLite file stand for two machines here: the one-serve lock is lifted.
+    c.env["FLOWYARD_SERVE_LOCK"] = "false"
     if allow_loopback:
         c.env["FLOWYARD_OUTBOUND_ALLOW_NETWORKS"] = "127.0.0.0/8"
     return c

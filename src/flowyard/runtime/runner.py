@@ -542,7 +542,10 @@ async def run_execution(
         st = stats[exc.node_id]
         st.error = exc.message
         st.failed = True
-        st.failed_on = message  # the message being delivered when it failed
+        # The message being delivered when it failed (a retry starts from it), kept only when it
+        # fits the outcome (a message too deep to carry fails the step instead: without its
+        # input, a retry starts from the trigger data).
+        st.failed_on = None if depth_exceeds(message) else message
         if not exc.logged:
             node = flow.nodes[exc.node_id]
             logs.append(
