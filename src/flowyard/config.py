@@ -300,6 +300,13 @@ class Settings(BaseSettings):
     runner_nice: int = Field(
         5, ge=0, le=19, description="Scheduling niceness of runner processes, so the API stays responsive."
     )
+    runner_demote_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="While several tenants have work, each tenant's runners beyond its first run this much "
+        "nicer (lower CPU priority), so one tenant's CPU-bound work cannot slow another's; 0 turns it off.",
+    )
     http_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         # One outbound policy for all flow code (http and the connectors); the old name still works.

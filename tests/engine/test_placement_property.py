@@ -8,7 +8,10 @@ time passes. Whatever the order:
 - an execution that is not a bomb never fails (neither as a culprit nor as "died N times");
 - a runner never holds executions of two tenants at once, and a runner holding an
   execution that must run alone holds nothing else;
-- played to the end, every innocent execution finishes and every bomb fails.
+- played to the end, every innocent execution finishes and every bomb fails;
+- CPU shares: while two or more tenants have work, each holds at most one runner at the
+  base priority (the others are demoted); with one tenant nothing is demoted; a demoted
+  runner is never offered again once empty (it is replaced), whatever runners turn hot.
 """
 
 from __future__ import annotations
@@ -44,6 +47,18 @@ class Model:
             seat = self.placement.seats[rid]
             assert seq in seat.jobs
         self.pending += [True] * plan.start_surge
+        self.pending += [False] * len(plan.recycle)  # the pool replaces a demoted base runner
+        groups_with_work = {t.group for t in self.placement.tickets.values()}
+        if len(groups_with_work) < 2:
+            assert not plan.demote, "demoted with one tenant at work"
+        else:
+            first: dict[str, int] = {}
+            for seat in self.placement.seats.values():
+                if seat.jobs and not seat.demoted and not seat.condemned and seat.group is not None:
+                    assert seat.group not in first, f"{seat.group} holds two runners at the base priority"
+                    first[seat.group] = seat.rid
+        for rid in plan.demote:
+            assert self.placement.seats[rid].demoted
         self.check()
 
     def check(self) -> None:
@@ -57,6 +72,7 @@ class Model:
                 assert len(seat.jobs) <= 1, "an execution run alone has company"
             for s in seat.jobs:
                 assert tickets[s].rid == seat.rid
+            assert seat.jobs or not seat.demoted, "an empty demoted runner is still offered"
         assert not (self.failed - set(self.bombs)), "an innocent execution failed"
 
     def step(self) -> None:
@@ -106,6 +122,11 @@ class Model:
         self.pending.append(seat.surge)  # the pool replaces a base runner; surge ones end
         self.check()
 
+    def heat(self, pick: int, hot: bool) -> None:
+        rids = sorted(self.placement.seats)
+        if rids:
+            self.placement.heat(rids[pick % len(rids)], hot)
+
     def bring_up(self) -> None:
         if self.pending:
             surge = self.pending.pop(0)
@@ -124,6 +145,7 @@ ops = st.lists(
         st.tuples(st.just("die"), st.integers(0, 50), st.integers(0, 50)),
         st.tuples(st.just("crash"), st.integers(0, 50), st.integers(0, 50)),
         st.tuples(st.just("up"), st.just(0), st.just(0)),
+        st.tuples(st.just("heat"), st.integers(0, 50), st.booleans()),
         st.tuples(st.just("tick"), st.sampled_from([0.5, 3.0, 12.0, 40.0]), st.just(0)),
     ),
     min_size=10,
@@ -158,6 +180,8 @@ def test_placement_never_blames_an_innocent_nor_mixes_tenants(
             m.die(int(a), int(b), crash=op == "crash")  # type: ignore[call-overload]
         elif op == "up":
             m.bring_up()
+        elif op == "heat":
+            m.heat(int(a), bool(b))  # type: ignore[call-overload]
         else:
             m.now += float(a)  # type: ignore[arg-type]
         m.step()
@@ -166,6 +190,8 @@ def test_placement_never_blames_an_innocent_nor_mixes_tenants(
         if not m.placement.tickets:
             break
         m.bring_up()
+        for rid in list(m.placement.seats):  # steps end: loops are free again
+            m.placement.heat(rid, False)
         m.die(0, -1, crash=False)
         m.complete(0)
         m.now += 1.0
@@ -241,3 +267,56 @@ def test_a_tenant_without_a_runner_gets_a_surge_runner_then_a_drained_one() -> N
     p.finish(1, 8)
     p.finish(4, 8)
     assert p.plan(8).place[0] == (3, 1), "the drained runner goes to the tenant without one"
+
+
+def test_a_tenants_extra_runners_are_demoted_while_another_tenant_has_work() -> None:
+    p = Placement(base=3, capacity=1, surge=0)
+    for rid in (1, 2, 3):
+        p.runner_up(rid, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    p.submit(2, "t:a", 1)
+    plan = p.plan(1)
+    assert sorted(plan.place) == [(1, 1), (2, 2)] and plan.demote == [], "one tenant: nothing demoted"
+    p.submit(3, "t:b", 2)
+    plan = p.plan(2)
+    assert plan.place == [(3, 3)]
+    assert plan.demote == [2], "A's second runner, not its first, not B's only one"
+    # A's demoted runner empties: it is replaced, never offered again.
+    p.finish(2, 3)
+    plan = p.plan(3)
+    assert plan.recycle == [2] and 2 not in p.seats
+
+
+def test_a_hot_runner_sends_the_next_execution_elsewhere_and_a_short_tenant_gets_a_surge() -> None:
+    p = Placement(base=2, capacity=8, surge=2)
+    p.runner_up(1, surge=False, now=0)
+    p.runner_up(2, surge=False, now=0)
+    p.submit(1, "t:b", 0)
+    assert p.plan(0).place == [(1, 1)]
+    p.heat(1, True)  # B's step holds its runner's loop
+    p.submit(2, "t:b", 1)
+    assert p.plan(1).place == [(2, 2)], "not queued behind the busy loop: the free runner"
+    # A takes nothing (no free runner); B, holding 2 of its share of 2, queues in its own.
+    p.heat(2, True)
+    p.submit(3, "t:a", 2)
+    plan = p.plan(2)
+    assert plan.place == [] and plan.start_surge == 1, "A holds no runner: a surge one"
+    p.runner_up(3, surge=True, now=3)
+    assert p.plan(3).place == [(3, 3)]
+    p.submit(4, "t:b", 4)
+    plan = p.plan(4)
+    assert plan.place == [(4, 1)] and plan.start_surge == 0, "B holds its share: it waits in its own"
+
+
+def test_a_tenant_short_of_its_share_with_a_hot_runner_gets_a_surge_runner() -> None:
+    p = Placement(base=2, capacity=8, surge=2)
+    p.runner_up(1, surge=False, now=0)
+    p.runner_up(2, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    p.submit(2, "t:b", 0)
+    p.plan(0)
+    p.heat(1, True)
+    p.heat(2, True)
+    p.submit(3, "t:b", 1)
+    plan = p.plan(1)
+    assert plan.place == [] and plan.start_surge == 1, "B's only runner is hot and B is under its share"

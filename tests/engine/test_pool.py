@@ -67,15 +67,14 @@ def _claimed(spec: FlowSpec, data: Any = None) -> Claimed:
 @pytest.fixture
 async def pool(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[RunnerPool]:
     overrides = getattr(request, "param", {})
-    settings = Settings(
-        data_dir=tmp_path,
-        runners=1,
-        execution_cpu_seconds=1.0,
-        step_timeout=10,
+    defaults: dict[str, Any] = {
+        "runners": 1,
+        "execution_cpu_seconds": 1.0,
+        "step_timeout": 10,
         # These tests hold a runner with a delay step: slept in the runner, not parked.
-        delay_park_seconds=3600,
-        **overrides,
-    )
+        "delay_park_seconds": 3600,
+    }
+    settings = Settings(data_dir=tmp_path, **(defaults | overrides))
     p = RunnerPool(settings)
     await p.start()
     try:

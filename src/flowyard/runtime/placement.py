@@ -22,6 +22,20 @@ Placement:
   one is free, else any empty one. (Requiring a fresh runner for each suspect
   cost a runner start per suspect: 32 suspects took over a minute on a busy machine.)
 
+CPU shares (issue 17: one tenant's CPU burners must not slow another tenant's steps):
+
+- A runner whose loop a step has held for a watchdog tick or more is *hot* (the pool reports
+  it with :meth:`Placement.heat`). A group's next execution does not join its hot runner while
+  a free one exists; a group holding fewer runners than its fair share ((base + surge runners) /
+  groups with work) whose runners are all hot may start a surge runner or drain a runner of the group
+  holding the most, as a group without a runner may. Past its fair share it queues in its own
+  runner as before.
+- While two or more groups have work, every runner a group holds beyond its first (the one it
+  has held longest) is *demoted*: the pool raises its niceness by ``runner_demote_nice``, so
+  the operating system gives each tenant's first runner the CPU before anybody's extra ones. An
+  unprivileged process cannot lower a niceness again, so a demoted runner is not reused once
+  empty: a base runner is replaced by a fresh one (``Plan.recycle``), a surge runner stops.
+
 Blame when a runner dies:
 
 - killed for CPU or wall time with the execution named in its slot aboard: that execution
@@ -60,6 +74,8 @@ class Seat:
     condemned: bool = False
     idle_since: float = 0.0
     owned_since: float = 0.0
+    hot: bool = False  # a step has held its loop for a watchdog tick or more
+    demoted: bool = False  # its niceness was raised: replaced once empty
 
 
 @dataclass(eq=False)
@@ -80,6 +96,8 @@ class Plan:
     place: list[tuple[int, int]] = field(default_factory=list)  # (execution seq, runner id)
     start_surge: int = 0  # surge runners to start
     retire: list[int] = field(default_factory=list)  # idle surge runners to stop
+    demote: list[int] = field(default_factory=list)  # runners to run at a lower CPU priority
+    recycle: list[int] = field(default_factory=list)  # empty demoted base runners: replace them
 
 
 @dataclass
@@ -100,6 +118,7 @@ class Placement:
         surge: int = 2,
         surge_idle_seconds: float = 30.0,
         quarantine_seconds: float = 10.0,
+        demote: bool = True,
     ) -> None:
         self.base = base
         self.capacity = capacity
@@ -110,6 +129,8 @@ class Placement:
         self.tickets: dict[int, Ticket] = {}
         self.quarantine: dict[str, float] = {}
         self.surge_starting = 0
+        self.demote = demote
+        self._emptied: list[Seat] = []  # demoted runners that emptied: to stop or replace
 
     # -- what happens -------------------------------------------------------------------
 
@@ -121,6 +142,15 @@ class Placement:
     def runner_start_failed(self, *, surge: bool) -> None:
         if surge:
             self.surge_starting = max(0, self.surge_starting - 1)
+
+    def heat(self, rid: int, hot: bool) -> bool:
+        """The pool's watchdog saw the runner's loop held by a step (or free again); True if
+        that changed something placement may use."""
+        seat = self.seats.get(rid)
+        if seat is None or seat.hot == hot:
+            return False
+        seat.hot = hot
+        return True
 
     def condemn(self, rid: int) -> None:
         """The runner is being killed: nothing more is placed on it."""
@@ -222,6 +252,10 @@ class Placement:
             if not progressed:
                 break
         self._relieve(plan, blocked)
+        self._demote(plan)
+        for seat in self._emptied:
+            (plan.retire if seat.surge else plan.recycle).append(seat.rid)
+        self._emptied.clear()
         for seat in list(self.seats.values()):
             if (
                 seat.surge
@@ -245,7 +279,15 @@ class Placement:
     def _usable(self, seat: Seat) -> bool:
         return not seat.condemned
 
+    def _fair_share(self) -> int:
+        """Runners each group with work may hold (at least one): the base and surge runners
+        shared among the groups with work."""
+        groups = {t.group for t in self.tickets.values()}
+        return max(1, (self.base + self.surge) // max(1, len(groups)))
+
     def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
+        own: list[Seat] = []
+        best: Seat | None = None
         if not alone:
             own = [
                 s
@@ -257,13 +299,24 @@ class Placement:
                 and not s.draining
                 and len(s.jobs) < self.capacity
             ]
-            if own:
-                return min(own, key=lambda s: (len(s.jobs), s.rid))
+            cool = [s for s in own if not s.hot]
+            best = min(cool, key=lambda s: (s.demoted, len(s.jobs), s.rid)) if cool else None
+            if best is not None and not best.demoted:
+                return best
+            if best is not None and any(
+                s.group == group and s.jobs and not s.demoted for s in self.seats.values()
+            ):
+                return best  # the group has its first runner; this one is an extra
         free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
-        if not free:
-            return None
-        # Fresh runners for suspects first; others take a used one when there is one.
-        return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
+        if not alone and best is not None and not free:
+            return best
+        if free:
+            # Fresh runners for suspects first; others take a used one when there is one.
+            return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
+        if own and self._held().get(group, 0) >= self._fair_share():
+            # Every runner of the group is hot and it holds its share: wait in one of them.
+            return min(own, key=lambda s: (s.demoted, len(s.jobs), s.rid))
+        return None
 
     def _board(self, seat: Seat, t: Ticket, alone: bool, now: float) -> None:
         if not seat.jobs:
@@ -277,29 +330,63 @@ class Placement:
         t.rid = seat.rid
 
     def _empty(self, seat: Seat, now: float) -> None:
+        if seat.demoted:  # cannot be made a first runner again: stop or replace it
+            self.seats.pop(seat.rid, None)
+            self._emptied.append(seat)
+            return
         seat.group = None
         seat.alone = False
         seat.draining = False
         seat.idle_since = now
 
     def _relieve(self, plan: Plan, blocked: set[str]) -> None:
-        """Groups without a runner that could not be placed: a surge runner, or a drain."""
+        """Groups that could not be placed and hold fewer runners than their share (none, or
+        only hot ones): a surge runner, or a drain of the group holding the most."""
         held = self._held()
         if sum(not s.surge for s in self.seats.values()) < self.base:
             return  # runners are on their way (start-up, a replacement)
+        share = self._fair_share()
+        short = sorted(blocked, key=lambda g: held.get(g, 0))
+        short = [g for g in short if held.get(g, 0) == 0 or held[g] < share]
         surge_up = sum(s.surge for s in self.seats.values())
         drains_needed = 0
-        for _ in range(sum(held.get(g, 0) == 0 for g in blocked)):
+        for _ in short:
             if surge_up + self.surge_starting < self.surge:
                 self.surge_starting += 1
                 plan.start_surge += 1
             else:
                 drains_needed += 1
         draining = sum(1 for s in self.seats.values() if s.draining and s.jobs)
+        # Take from a group that keeps more than the one helped: any runner for a group
+        # without one, else one of a group holding at least two more.
+        least = min((held.get(g, 0) for g in short), default=0)
+        floor = least + 1 if least else 0
         while draining < drains_needed:
-            candidates = [s for s in self.seats.values() if s.jobs and not s.draining and not s.condemned]
+            candidates = [
+                s
+                for s in self.seats.values()
+                if s.jobs and not s.draining and not s.condemned and held.get(s.group or "", 0) > floor
+            ]
             if not candidates:
                 break
             victim = min(candidates, key=lambda s: (-held.get(s.group or "", 0), s.owned_since, s.rid))
             victim.draining = True
             draining += 1
+
+    def _demote(self, plan: Plan) -> None:
+        """While two or more groups have work, each group's runners beyond its first run at a
+        lower CPU priority."""
+        if not self.demote or len({t.group for t in self.tickets.values()}) < 2:
+            return
+        by_group: dict[str, list[Seat]] = defaultdict(list)
+        for seat in self.seats.values():
+            if seat.group is not None and seat.jobs and not seat.condemned:
+                by_group[seat.group].append(seat)
+        for seats in by_group.values():
+            if len(seats) < 2:
+                continue
+            first = min(seats, key=lambda s: (s.demoted, s.owned_since, s.rid))
+            for seat in seats:
+                if seat is not first and not seat.demoted:
+                    seat.demoted = True
+                    plan.demote.append(seat.rid)

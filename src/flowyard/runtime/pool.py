@@ -180,6 +180,7 @@ class RunnerPool:
             surge=settings.runner_surge,
             surge_idle_seconds=settings.runner_surge_idle_seconds,
             quarantine_seconds=settings.runner_quarantine_seconds,
+            demote=settings.runner_demote_nice > 0,
         )
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
@@ -189,6 +190,8 @@ class RunnerPool:
         self.limit_kills = 0
         self.reruns = 0
         self.isolated = 0
+        self.demoted = 0
+        self._reheat = False
 
     async def start(self) -> None:
         """Start the runners in the background; work handed in meanwhile waits for the first."""
@@ -244,6 +247,7 @@ class RunnerPool:
             "limitKills": self.limit_kills,
             "reruns": self.reruns,
             "isolatedReruns": self.isolated,
+            "demoted": self.demoted,
         }
 
     async def run(self, spec: FlowSpec, claimed: Claimed) -> Outcome:
@@ -284,10 +288,16 @@ class RunnerPool:
             self._send_job(r, job)
         for _ in range(plan.start_surge):
             self._spawn(next(self._surge_index), delay=0.0, surge=True)
-        for rid in plan.retire:
+        for rid in [*plan.retire, *plan.recycle]:  # empty: nobody to blame (a base one is replaced)
             if (r := by_rid.get(rid)) is not None:
                 r.retiring = True
                 _sigkill(r)
+        if plan.demote:
+            nice = min(19, self.settings.runner_nice + self.settings.runner_demote_nice)
+            for rid in plan.demote:
+                if (r := by_rid.get(rid)) is not None:
+                    _renice(r.pid, nice)
+                    self.demoted += 1
 
     def _send_job(self, r: _Runner, job: _Job) -> None:
         key = job.spec.key
@@ -356,6 +366,8 @@ class RunnerPool:
             os.ftruncate(fd, SLOT_SIZE)
             r = _Runner(index, Slot(mmap.mmap(fd, SLOT_SIZE)), rid=next(self._rids), surge=surge)
             r.proc = await _start_process(fd)
+            with contextlib.suppress(OSError):  # niced before its imports, not after them
+                os.setpriority(os.PRIO_PROCESS, r.proc.pid, self.settings.runner_nice)
         except OSError as exc:  # fork or exec failed (out of processes, memory): try again later
             log.error("cannot start runner %d: %s", index, exc)
             if surge:
@@ -473,6 +485,8 @@ class RunnerPool:
         r.jobs.clear()
         if r.retiring and not jobs:
             self.placement.gone(r.rid)
+            if not r.surge:
+                self._spawn(r.index, delay=0.0)  # a demoted base runner: a fresh one in its place
             return
         metrics.runner_killed(limit)
         kind = "crash" if limit.startswith("crash:") else limit
@@ -545,6 +559,7 @@ class RunnerPool:
             now = time.monotonic()
             if tick % 20 == 0:
                 self._pump()  # quarantines that ended, surge runners idle long enough
+            self._reheat = False
             for r in self._runners:
                 if r.dead or not r.ready or r.kill_reason is not None:
                     continue
@@ -552,6 +567,8 @@ class RunnerPool:
                     self._watch_one(r, now, limit_rss)
                 except (OSError, ValueError):
                     continue  # it died between our reads; _bury handles it
+            if self._reheat:
+                self._pump()  # a runner's loop was taken or freed: placement may move
 
     def _watch_one(self, r: _Runner, now: float, limit_rss: int) -> None:
         # None: the runner is in the middle of a write (perhaps descheduled there), so it is
@@ -571,6 +588,8 @@ class RunnerPool:
         elif reading is not None:
             r.stalled = False
             r.busy_since = None
+        if reading is not None and self.placement.heat(r.rid, r.stalled):
+            self._reheat = True
         if reading is not None and _rss(r.pid) > limit_rss:
             self._kill(r, seq, node, "memory")
             return
@@ -614,6 +633,17 @@ def _sigkill(r: _Runner) -> None:
     if r.proc is not None and r.proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(r.proc.pid, signal.SIGKILL)
+
+
+def _renice(pid: int, nice: int) -> None:
+    """Every thread of the process (Linux keeps a niceness per thread; new ones inherit it)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # gone meanwhile: _bury handles a dead runner
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def _thread_cpu_ns(pid: int) -> int:

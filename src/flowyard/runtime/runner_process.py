@@ -301,7 +301,8 @@ def main() -> None:
     _die_with_parent()
     (size,) = FRAME.unpack(_read_exactly(0, FRAME.size))
     config = orjson.loads(_read_exactly(0, size))
-    os.nice(int(config["nice"]))
+    # Absolute: the engine set it already at start-up (so that our imports run niced too).
+    os.setpriority(os.PRIO_PROCESS, 0, int(config["nice"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     threading.stack_size(512 * 1024)  # resolver threads count against the data limit
 
