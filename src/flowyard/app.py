@@ -43,6 +43,9 @@ from flowyard.secrets.crypto import SecretBox, load_key
 from flowyard.secrets.schemas import SecretCreate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate, MutableFlowTemplatePatch
+from flowyard.trials import router as trials_router
+from flowyard.trials.schemas import StepTrial
+from flowyard.trials.service import Trials
 from flowyard.webhooks import openapi as webhooks_openapi
 from flowyard.webhooks import signature
 from flowyard.webhooks.fastpath import WebhookFastPath
@@ -66,6 +69,7 @@ _BODY_MODELS: list[type[BaseModel]] = [
     iam_schemas.RoleCreate,
     iam_schemas.RoleUpdate,
     SecretCreate,
+    StepTrial,
 ]
 
 
@@ -96,6 +100,7 @@ def create_app(
             )
             await engine.start()
         app.state.engine = engine
+        app.state.trials = Trials(settings, engine.worker.pool if engine is not None else None)
         app.state.webhooks = WebhookBatcher(
             app.state.db,
             window_ms=settings.webhook_group_commit_ms,
@@ -107,6 +112,7 @@ def create_app(
             yield
         finally:
             await app.state.webhooks.close()
+            await app.state.trials.close()
             if engine is not None:
                 await engine.stop()
             await notifier.close()
@@ -130,6 +136,7 @@ def create_app(
     app.state.secret_box = box
     app.state.principals = PrincipalCache(settings.auth_cache_seconds)
     app.state.engine = None
+    app.state.trials = Trials(settings, None)  # the lifespan hands it the engine's pool
     app.state.draining = False  # set by the first SIGTERM/SIGINT (flowyard.server)
     app.state.hub = CompletionHub()
 
@@ -161,6 +168,7 @@ def create_app(
         executions_router,
         logs_router,
         components_router,
+        trials_router,
     ):
         app.include_router(module.router)
     app.include_router(console_router.router)

@@ -305,6 +305,17 @@ def _node(c: Checker, node: Any, path: str, ids: set[str], registry: Registry) -
     return out
 
 
+def validate_node(
+    node: Any, *, registry: Registry, path: str = "node"
+) -> tuple[dict[str, Any], list[Problem]]:
+    """One node, by the same rules as a node of a saved graph (a step tested alone)."""
+    c = Checker()
+    if json_depth_exceeds(node, MAX_DEPTH):
+        c.add(path, f"is nested more than {MAX_DEPTH} levels deep")
+        return {}, c.problems
+    return _node(c, node, path, set(), registry), c.problems
+
+
 def _edge(c: Checker, edge: Any, path: str, ids: set[str]) -> dict[str, Any] | None:
     if not isinstance(edge, dict):
         c.add(path, "must be an object")
