@@ -537,3 +537,71 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert not b.expected_failures, f"expected failures not seen: {b.expected_failures}"
     assert not b.console_errors, b.console_errors
     assert not b.failed_requests, b.failed_requests
+
+
+def test_code_step_editor_and_test_this_step(browser: Browser, server: str, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 20's console: a code step's source in a highlighted editor (not a string inside the
+    graph's JSON), typed by keyboard and written back into the graph, and "Test step" running
+    it alone on a sample message in a runner; a throwing step shows its error with the line."""
+    base = f"http://{server}"
+    password = _admin_password(tmp_path)
+    api = httpx.Client(base_url=base, timeout=10)
+    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
+    admin = {"Authorization": f"Bearer {token}"}
+    graph = {
+        "nodes": [
+            {"id": "in", "componentId": "webhook"},
+            {
+                "id": "calc",
+                "componentId": "code",
+                "fields": {"source": "function main(data) {\n  return data;\n}"},
+            },
+        ],
+        "edges": [{"source": "in", "target": "calc"}],
+    }
+    r = api.post("/flows", json={"name": "Coded", "type": "ordinary", "graph": graph}, headers=admin)
+    assert r.status_code == 201, r.text
+    fid = r.json()["data"]["id"]
+    b = browser
+    b.go("/flows")
+    b.wait("sign-in form", lambda d: "#/login" in d.current_url)
+    b.find("input[name=username]").send_keys(ADMIN)
+    b.find("input[name=password]").send_keys(password)
+    b.click_text("button", "Sign in")
+    b.wait_text("main h1", "^Flows$")
+    b.go(f"/flows/{fid}/edit")
+    b.wait_text("main h1", "Edit Coded")
+    b.wait(
+        "the code editor, highlighted",
+        lambda d: d.find_elements("css selector", ".code-editor .code-view .hljs-keyword"),
+    )
+    area = b.find(".code-editor textarea")
+    from selenium.webdriver.common.keys import Keys
+
+    area.send_keys(Keys.CONTROL, "a")
+    area.send_keys(Keys.DELETE)
+    area.send_keys("function main(data) {\n")
+    area.send_keys(Keys.TAB, "return {n: data.n * 2};\n}")
+    graph_json = json.loads(b.find("textarea.mono").get_attribute("value"))
+    source = graph_json["nodes"][1]["fields"]["source"]
+    assert source == "function main(data) {\n  return {n: data.n * 2};\n}", repr(source)
+    sample = b.driver.find_element(
+        "xpath", "//label[contains(., 'Sample message for step calc')]/following-sibling::textarea"
+    )
+    sample.clear()
+    sample.send_keys('{"n": 21}')
+    b.click_text("button", "Test step calc")
+    out = b.wait_text(".trial.ok", "Succeeded")
+    assert '"n": 42' in out, out
+    b.check_page("editor-code-step")
+    area.send_keys(Keys.CONTROL, "a")
+    area.send_keys(Keys.DELETE)
+    area.send_keys("function main(data) {\n")
+    area.send_keys(Keys.TAB, "return data.x.y;\n}")
+    b.click_text("button", "Test step calc")
+    error = b.wait_text(".trial.failed .error-text", "TypeError")
+    assert "line 2" in error, error
+    b.click_text("button", "Save")
+    b.wait_text("main h1", "^Coded$")
+    saved = api.get(f"/flows/{fid}", headers=admin).json()["data"]["graph"]["nodes"][1]["fields"]["source"]
+    assert "data.x.y" in saved, saved

@@ -887,6 +887,11 @@ async function viewEditor(id) {
   const cron = h("input", { type: "text", value: flow && flow.cron ? flow.cron : "", placeholder: "empty: runs on webhooks", class: "mono" });
   const graph = h("textarea", { rows: 16, class: "mono", spellcheck: "false" }, fmtJson(flow ? flow.graph : SAMPLE_GRAPH));
   const general = h("div", {});
+  const steps = h("div", { class: "steps-editor" });
+  const components = await componentKinds();
+  const renderSteps = () => put(steps, stepEditors(flow, graph, components));
+  graph.addEventListener("change", renderSteps);
+  renderSteps();
   const controls = { name, description, type, cron, graph };
   const form = h(
     "form",
@@ -933,11 +938,158 @@ async function viewEditor(id) {
     field("Type", type),
     field("Cron", cron, "Five fields (or six with seconds first) in UTC, e.g. */5 * * * *. Empty: the flow runs on webhooks."),
     field("Graph (JSON)", graph, "nodes: [{id, componentId, function?, fields?}], edges: [{source, target, config?: {condition?, mapper?}}]."),
+    steps,
     general,
     h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
   );
   put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
   name.focus();
+}
+
+// A code step's source is edited here, not as a string inside the graph's JSON, and any step
+// but a trigger can be run alone on a sample message (POST /flows/{id}/test-step, in a runner).
+let componentCache = null;
+async function componentKinds() {
+  if (!componentCache) {
+    try {
+      const res = await api("GET", "/components");
+      componentCache = new Map(res.data.map((c) => [c.id, c]));
+    } catch {
+      componentCache = new Map();
+    }
+  }
+  return componentCache;
+}
+
+const NOT_ALONE = new Set(["delay", "join", "flow"]);
+
+function stepEditors(flow, graphArea, components) {
+  let graph;
+  try {
+    graph = JSON.parse(graphArea.value);
+  } catch {
+    return null;
+  }
+  const nodes = Array.isArray(graph && graph.nodes) ? graph.nodes.filter((n) => n && typeof n === "object") : [];
+  const editable = nodes.filter((n) => {
+    const c = components.get(n.componentId);
+    return n.componentId === "code" || (c && !c.trigger && !NOT_ALONE.has(n.componentId));
+  });
+  if (!editable.length) return null;
+  const writeBack = (node, source) => {
+    let current;
+    try {
+      current = JSON.parse(graphArea.value);
+    } catch {
+      return;
+    }
+    const target = (current.nodes || []).find((n) => n && n.id === node.id);
+    if (!target) return;
+    target.fields = { ...(target.fields || {}), source };
+    graphArea.value = fmtJson(current);
+  };
+  return h(
+    "section",
+    { class: "card", "aria-labelledby": "steps-title" },
+    h("h2", { id: "steps-title" }, "Steps"),
+    editable.map((node) => stepEditor(flow, node, writeBack, graphArea)),
+  );
+}
+
+function stepEditor(flow, node, writeBack, graphArea) {
+  const parts = [];
+  if (node.componentId === "code") {
+    const source = (node.fields && typeof node.fields.source === "string") ? node.fields.source : "function main(data, ctx) {\n  return data;\n}\n";
+    parts.push(codeEditor(`Code of step ${node.id}`, source, (value) => writeBack(node, value)));
+  }
+  const sample = h("textarea", { rows: 3, class: "mono", spellcheck: "false" }, "{}");
+  const result = h("div", { class: "trial-result", "aria-live": "polite" });
+  const run = async () => {
+    let data;
+    try {
+      data = JSON.parse(sample.value || "{}");
+    } catch (e) {
+      setFieldError(sample, [`Not valid JSON: ${e.message}`]);
+      sample.focus();
+      return;
+    }
+    setFieldError(sample, []);
+    let current = node;
+    try {
+      current = (JSON.parse(graphArea.value).nodes || []).find((n) => n && n.id === node.id) || node;
+    } catch {
+      /* the graph does not parse: test what was drawn */
+    }
+    put(result, h("p", { class: "muted" }, "Running…"));
+    try {
+      const res = await api("POST", `/flows/${flow.id}/test-step`, { node: current, data });
+      put(result, trialOutcome(res.data));
+    } catch (err) {
+      put(result, errorBox(err));
+    }
+  };
+  if (flow) {
+    parts.push(
+      field(`Sample message for step ${node.id} (JSON)`, sample, "The data the step receives; run in a runner like an execution, nothing is stored."),
+      h("div", { class: "actions" }, h("button", { type: "button", class: "secondary", onclick: run }, `Test step ${node.id}`)),
+      result,
+    );
+  } else {
+    parts.push(h("p", { class: "help" }, "Create the flow to test its steps."));
+  }
+  return h("details", { class: "step-editor", open: node.componentId === "code" }, h("summary", {}, `${node.id} (${node.componentId || "no component"})`), parts);
+}
+
+function trialOutcome(x) {
+  const ok = x.status === "succeeded";
+  return h(
+    "div",
+    { class: ok ? "trial ok" : "trial failed" },
+    h("p", {}, h("strong", {}, ok ? "Succeeded" : "Failed"), ` in ${Number(x.durationMs).toFixed(1)} ms, ${x.messagesOut} message(s) out`),
+    x.error ? h("pre", { class: "error-text" }, x.error) : null,
+    ok ? h("pre", { class: "mono" }, fmtJson(x.output)) : null,
+    x.logs && x.logs.length ? h("ul", { class: "trial-logs" }, x.logs.map((e) => h("li", {}, `${e.level}: ${e.message}`))) : null,
+  );
+}
+
+// A textarea over its own highlighted copy (highlight.js, shipped in vendor/): the textarea is
+// the control (label, keyboard, screen readers), the copy underneath only colours it.
+function codeEditor(label, value, onChange) {
+  const area = h("textarea", { class: "code-input", spellcheck: "false", autocapitalize: "off", autocomplete: "off", wrap: "off", rows: 10 }, value);
+  const code = h("code", { class: "language-javascript" });
+  const pre = h("pre", { class: "code-view", "aria-hidden": "true" }, code);
+  let escaped = false;
+  const paint = () => {
+    const text = area.value.endsWith("\n") ? `${area.value} ` : `${area.value}\n`;
+    if (window.hljs) code.innerHTML = window.hljs.highlight(text, { language: "javascript", ignoreIllegals: true }).value;
+    else code.textContent = text;
+  };
+  area.addEventListener("input", () => {
+    paint();
+    onChange(area.value);
+  });
+  area.addEventListener("scroll", () => {
+    pre.scrollTop = area.scrollTop;
+    pre.scrollLeft = area.scrollLeft;
+  });
+  area.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape") {
+      escaped = true;
+      return;
+    }
+    if (ev.key === "Tab" && !ev.shiftKey && !escaped) {
+      ev.preventDefault();
+      area.setRangeText("  ", area.selectionStart, area.selectionEnd, "end");
+      area.dispatchEvent(new Event("input"));
+    }
+    escaped = false;
+  });
+  paint();
+  const wrapper = field(label, area, "JavaScript: function main(data, ctx) returns the message (an array: one message each). Tab indents; Esc then Tab leaves the editor.");
+  const box = h("div", { class: "code-editor" });
+  wrapper.replaceChild(box, area);
+  box.append(pre, area);
+  return wrapper;
 }
 
 // ---------------------------------------------------------------- executions
