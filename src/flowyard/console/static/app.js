@@ -524,9 +524,14 @@ function drawGraph(graph) {
   g.setDefaultEdgeLabel(() => ({}));
   for (const n of nodes) {
     const label = n.name || n.id;
-    const sub = n.componentId ? `${n.componentId}${n.function ? `.${n.function}` : ""}` : "pass-through";
+    let sub = n.componentId ? `${n.componentId}${n.function ? `.${n.function}` : ""}` : "pass-through";
+    const f = n.fields || {};
+    // SPEC §12: a join says what it waits for, a sub-flow which flow it calls.
+    if (n.componentId === "join") sub = f.count ? `join: ${f.count} messages` : "join: one per edge";
+    if (n.componentId === "flow") sub = `sub-flow ${String(f.flowId || "?").slice(0, 8)}…`;
+    const kind = n.componentId === "join" ? "node node-join" : n.componentId === "flow" ? "node node-flow" : "node";
     const width = Math.max(120, 8 * Math.max(label.length, sub.length) + 24);
-    g.setNode(n.id, { label, sub, width, height: 52 });
+    g.setNode(n.id, { label, sub, width, height: 52, kind, title: n.componentId === "flow" ? `calls flow ${f.flowId}` : null });
   }
   edges.forEach((e, i) => {
     const cfg = e.config || {};
@@ -573,8 +578,9 @@ function drawGraph(graph) {
   }
   for (const id of g.nodes()) {
     const n = g.node(id);
-    const grp = s("g", { class: "node", transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
-    grp.append(s("rect", { width: n.width, height: n.height, rx: 8 }));
+    const grp = s("g", { class: n.kind, transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
+    grp.append(s("rect", { width: n.width, height: n.height, rx: n.kind === "node node-join" ? 26 : 8 }));
+    if (n.title) grp.append(s("title", {}, n.title));
     grp.append(s("text", { x: n.width / 2, y: 22, "text-anchor": "middle", class: "node-label" }, n.label));
     grp.append(s("text", { x: n.width / 2, y: 40, "text-anchor": "middle", class: "node-sub" }, n.sub));
     svg.append(grp);
