@@ -40,7 +40,7 @@ from flowyard.queue.hub import CompletionHub
 from flowyard.queue.notify import Notifier, open_notifier
 from flowyard.secrets import router as secrets_router
 from flowyard.secrets.crypto import SecretBox, load_key
-from flowyard.secrets.schemas import SecretCreate
+from flowyard.secrets.schemas import SecretCreate, SecretRotate
 from flowyard.templates import router as templates_router
 from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate, MutableFlowTemplatePatch
 from flowyard.trials import router as trials_router
@@ -69,6 +69,7 @@ _BODY_MODELS: list[type[BaseModel]] = [
     iam_schemas.RoleCreate,
     iam_schemas.RoleUpdate,
     SecretCreate,
+    SecretRotate,
     StepTrial,
 ]
 

@@ -590,6 +590,21 @@ ROWS: list[Row] = [
         on(_active_flow, "/flows/{id}/executions", {"n": 1}),
     ),
     Row(
+        "POST",
+        "/flows/{id}/test-step",
+        "tenant A's, a jsonata step",
+        (FLOWS_UPDATE,),
+        tenant_object(200),
+        on(
+            _flow,
+            "/flows/{id}/test-step",
+            {
+                "node": {"id": "t", "componentId": "jsonata", "fields": {"expression": "n + 1"}},
+                "data": {"n": 1},
+            },
+        ),
+    ),
+    Row(
         "GET",
         "/flows/{id}/executions",
         "tenant A's",
@@ -685,6 +700,14 @@ ROWS: list[Row] = [
         with_body("/secrets", lambda c: {"name": c.unique("secret"), "value": {"token": "t"}}),
     ),
     Row("GET", "/secrets", "list", ("iam.secret.read",), own_scope(200), url("/secrets")),
+    Row(
+        "PUT",
+        "/secrets/{id}",
+        "tenant A's, rotated",
+        ("iam.secret.create",),
+        tenant_object(200),
+        on(_secret, "/secrets/{id}", {"value": {"token": "rotated"}}),
+    ),
     Row(
         "DELETE",
         "/secrets/{id}",

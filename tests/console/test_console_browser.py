@@ -605,3 +605,71 @@ def test_code_step_editor_and_test_this_step(browser: Browser, server: str, tmp_
     b.wait_text("main h1", "^Coded$")
     saved = api.get(f"/flows/{fid}", headers=admin).json()["data"]["graph"]["nodes"][1]["fields"]["source"]
     assert "data.x.y" in saved, saved
+
+
+def test_credentials_page_and_the_picker(browser: Browser, server: str, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 21's credentials: stored, listed without their values, rotated and deleted from
+    Administration → Credentials, and picked for a step in the flow editor."""
+    base = f"http://{server}"
+    password = _admin_password(tmp_path)
+    api = httpx.Client(base_url=base, timeout=10)
+    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
+    admin = {"Authorization": f"Bearer {token}"}
+    graph = {
+        "nodes": [
+            {"id": "in", "componentId": "webhook"},
+            {
+                "id": "call",
+                "componentId": "http",
+                "fields": {"url": "https://partner.example/api", "method": "POST"},
+            },
+        ],
+        "edges": [{"source": "in", "target": "call"}],
+    }
+    r = api.post("/flows", json={"name": "Partner", "type": "ordinary", "graph": graph}, headers=admin)
+    assert r.status_code == 201, r.text
+    fid = r.json()["data"]["id"]
+    b = browser
+    b.go("/flows")
+    b.wait("sign-in form", lambda d: "#/login" in d.current_url)
+    b.find("input[name=username]").send_keys(ADMIN)
+    b.find("input[name=password]").send_keys(password)
+    b.click_text("button", "Sign in")
+    b.wait_text("main h1", "^Flows$")
+    b.go("/admin/credentials")
+    b.wait_text(".empty", "No credentials yet")
+    b.driver.find_element("xpath", "//label[.='Name']/following-sibling::input").send_keys("partner")
+    value = b.driver.find_element("xpath", "//label[.='Value (JSON object)']/following-sibling::textarea")
+    value.send_keys('{"token": "first-secret-4711"}')
+    b.click_text("button", "Store credentials")
+    b.wait_text("main table tbody", "partner")
+    assert "first-secret-4711" not in b.driver.page_source, "a stored value is never shown"
+    b.check_page("admin-credentials")
+    sid = api.get("/secrets", headers=admin).json()["data"][0]["id"]
+    b.click("button[aria-label='Rotate credentials partner']")
+    area = b.driver.find_element("xpath", "//label[.='New value (JSON object)']/following-sibling::textarea")
+    area.send_keys('{"token": "second-secret-0815"}')
+    b.click_text("button", "Rotate")
+    b.wait("the rotate form closed", lambda d: not d.find_elements("xpath", "//h2[.='Rotate partner']"))
+    assert "second-secret-0815" not in b.driver.page_source
+
+    b.go(f"/flows/{fid}/edit")
+    b.wait_text("main h1", "Edit Partner")
+    from selenium.webdriver.support.ui import Select
+
+    picker = b.driver.find_element("xpath", "//label[.='Credentials of step call']/following-sibling::select")
+    Select(picker).select_by_value(sid)
+    graph_json = json.loads(b.find("textarea.mono").get_attribute("value"))
+    assert graph_json["nodes"][1]["credentials_id"] == sid
+    b.check_page("editor-credentials")
+    b.click_text("button", "Save")
+    b.wait_text("main h1", "^Partner$")
+    assert (
+        api.get(f"/flows/{fid}", headers=admin).json()["data"]["graph"]["nodes"][1]["credentials_id"] == sid
+    )
+
+    b.go("/admin/credentials")
+    b.wait_text("main table tbody", "partner")
+    b.driver.execute_script("window.confirm = () => true")
+    b.click("button[aria-label='Delete credentials partner']")
+    b.wait_text(".empty", "No credentials yet")

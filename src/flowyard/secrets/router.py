@@ -12,7 +12,7 @@ from flowyard.api.listing import PageNumber, PageSize, parse_list_query
 from flowyard.api.responses import JSONOut, Page, Single, page, single
 from flowyard.iam.deps import Caller
 from flowyard.secrets import service
-from flowyard.secrets.schemas import SecretCreate, SecretOut
+from flowyard.secrets.schemas import SecretCreate, SecretOut, SecretRotate
 
 router = APIRouter(tags=["secrets"])
 
@@ -52,6 +52,22 @@ async def list_secrets(
     async with db.read() as session:
         secrets, total = await service.list_secrets(session, caller, limit=lq.size, offset=lq.offset)
     return page([service.to_dict(s) for s in secrets], page=lq.page, per_page=lq.size, total=total)
+
+
+@router.put(
+    "/secrets/{id}",
+    response_model=Single[SecretOut],
+    responses=errors(400, 401, 403, 404, 413, 415),
+    openapi_extra=json_body_doc("SecretRotate"),
+    summary="Rotate a secret: a new value under the same id (iam.secret.create); never returned",
+)
+async def rotate_secret(
+    id: Annotated[str, Path(description="Secret id.")], request: Request, db: DB, caller: Caller
+) -> JSONOut:
+    body = await parse_body(request, SecretRotate)
+    async with db.write() as session:
+        secret = await service.rotate(session, caller, request.app.state.secret_box, id, value=body.value)
+    return single(service.to_dict(secret))
 
 
 @router.delete(

@@ -20,6 +20,12 @@ class SecretCreate(BaseModel):
     tenant: str | None = Field(None, description="Administrators only; default: the caller's tenant.")
 
 
+class SecretRotate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: dict[str, Any] = Field(description="The new value (write-only); the secret keeps its id and name.")
+
+
 class SecretOut(BaseModel):
     id: str
     name: str

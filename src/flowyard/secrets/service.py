@@ -77,6 +77,25 @@ async def list_secrets(
     return await id_page(session, Secret, where, limit=limit, offset=offset)
 
 
+async def rotate(
+    session: AsyncSession, principal: Principal, box: SecretBox, secret_id: str, *, value: dict[str, Any]
+) -> Secret:
+    """Replace a secret's value, keeping its id: the nodes naming it use the new value once
+    their engine re-reads the flow (within a minute, ``runtime/worker.py`` ``_CREDENTIALS_TTL``)."""
+    principal.require(SECRET_CREATE)
+    check_id(secret_id, "secret")
+    secret = await session.scalar(sa.select(Secret).where(Secret.id == secret_id, _visible(principal)))
+    if secret is None:
+        raise NotFound(f"Secret {secret_id} not found.")
+    sealed = box.seal(value)
+    if len(sealed) > MAX_VALUE_BYTES * 2:
+        raise InvalidInput(f"value must be at most {MAX_VALUE_BYTES} bytes of JSON.", field="value")
+    secret.value = sealed
+    secret.updated_at = utcnow()
+    await session.flush()
+    return secret
+
+
 async def delete(session: AsyncSession, principal: Principal, secret_id: str) -> None:
     principal.require(SECRET_CREATE)
     check_id(secret_id, "secret")

@@ -258,7 +258,7 @@ const routes = [
   [/^\/logs$/, viewLogs, "logs"],
   [/^\/counts$/, viewCounts, "counts"],
   [/^\/templates$/, viewTemplates, "templates"],
-  [/^\/admin\/(tokens|users|tenants|roles)$/, (p) => viewAdmin(p[1]), "admin"],
+  [/^\/admin\/(tokens|credentials|users|tenants|roles)$/, (p) => viewAdmin(p[1]), "admin"],
 ];
 
 function parseHash() {
@@ -895,7 +895,8 @@ async function viewEditor(id) {
   const general = h("div", {});
   const steps = h("div", { class: "steps-editor" });
   const components = await componentKinds();
-  const renderSteps = () => put(steps, stepEditors(flow, graph, components));
+  const credentials = await credentialChoices();
+  const renderSteps = () => put(steps, stepEditors(flow, graph, components, credentials));
   graph.addEventListener("change", renderSteps);
   renderSteps();
   const controls = { name, description, type, cron, graph };
@@ -969,7 +970,28 @@ async function componentKinds() {
 
 const NOT_ALONE = new Set(["delay", "join", "flow"]);
 
-function stepEditors(flow, graphArea, components) {
+// Components that take credentials (credentials_id names a stored secret).
+const WITH_CREDENTIALS = new Set(["http", "sql", "amqp", "mqtt", "redis", "email"]);
+
+async function credentialChoices() {
+  if (!hasPermission("iam.secret.read")) return null;
+  try {
+    return (await api("GET", `/secrets${qs({ "page[size]": 100 })}`)).data;
+  } catch {
+    return null;
+  }
+}
+
+function credentialPicker(node, credentials, onPick) {
+  const current = node.credentials_id || "";
+  const options = [["", "none"], ...credentials.map((c) => [c.id, `${c.name} (${c.id.slice(0, 8)}…)`])];
+  if (current && !credentials.some((c) => c.id === current)) options.push([current, `${current} (not listed: another owner's, or deleted)`]);
+  const picker = select(options, current);
+  picker.addEventListener("change", () => onPick(picker.value || null));
+  return field(`Credentials of step ${node.id}`, picker, "Stored under Administration → Credentials; the step gets them as its credentials.");
+}
+
+function stepEditors(flow, graphArea, components, credentials) {
   let graph;
   try {
     graph = JSON.parse(graphArea.value);
@@ -981,6 +1003,19 @@ function stepEditors(flow, graphArea, components) {
     const c = components.get(n.componentId);
     return n.componentId === "code" || (c && !c.trigger && !NOT_ALONE.has(n.componentId));
   });
+  const pickCredentials = (node, id) => {
+    let current;
+    try {
+      current = JSON.parse(graphArea.value);
+    } catch {
+      return;
+    }
+    const target = (current.nodes || []).find((n) => n && n.id === node.id);
+    if (!target) return;
+    if (id) target.credentials_id = id;
+    else delete target.credentials_id;
+    graphArea.value = fmtJson(current);
+  };
   if (!editable.length) return null;
   const writeBack = (node, source) => {
     let current;
@@ -998,12 +1033,12 @@ function stepEditors(flow, graphArea, components) {
     "section",
     { class: "card", "aria-labelledby": "steps-title" },
     h("h2", { id: "steps-title" }, "Steps"),
-    editable.map((node) => stepEditor(flow, node, writeBack, graphArea)),
+    editable.map((node) => stepEditor(flow, node, writeBack, graphArea, credentials && WITH_CREDENTIALS.has(node.componentId) ? credentialPicker(node, credentials, (id) => pickCredentials(node, id)) : null)),
   );
 }
 
-function stepEditor(flow, node, writeBack, graphArea) {
-  const parts = [];
+function stepEditor(flow, node, writeBack, graphArea, picker) {
+  const parts = [picker];
   if (node.componentId === "code") {
     const source = (node.fields && typeof node.fields.source === "string") ? node.fields.source : "function main(data, ctx) {\n  return data;\n}\n";
     parts.push(codeEditor(`Code of step ${node.id}`, source, (value) => writeBack(node, value)));
@@ -1043,7 +1078,7 @@ function stepEditor(flow, node, writeBack, graphArea) {
   } else {
     parts.push(h("p", { class: "help" }, "Create the flow to test its steps."));
   }
-  return h("details", { class: "step-editor", open: node.componentId === "code" }, h("summary", {}, `${node.id} (${node.componentId || "no component"})`), parts);
+  return h("details", { class: "step-editor", open: node.componentId === "code" || Boolean(picker) }, h("summary", {}, `${node.id} (${node.componentId || "no component"})`), parts);
 }
 
 function trialOutcome(x) {
@@ -1546,6 +1581,7 @@ async function viewTemplates(_m, query) {
 
 const ADMIN_TABS = [
   ["tokens", "API tokens"],
+  ["credentials", "Credentials"],
   ["users", "Users"],
   ["tenants", "Tenants"],
   ["roles", "Roles"],
@@ -1560,7 +1596,7 @@ async function viewAdmin(tab) {
   );
   const body = h("div", {});
   put(main, h("h1", {}, "Administration"), tabs, body);
-  const views = { tokens: adminTokens, users: adminUsers, tenants: adminTenants, roles: adminRoles };
+  const views = { tokens: adminTokens, credentials: adminCredentials, users: adminUsers, tenants: adminTenants, roles: adminRoles };
   try {
     await views[tab](body);
   } catch (err) {
@@ -1638,6 +1674,109 @@ async function adminTokens(body) {
     }),
     shown,
     h("h2", {}, "Your tokens"),
+    list,
+  );
+  await load();
+}
+
+// Secrets that nodes name in credentials_id: created, listed (never their values), rotated (a
+// new value under the same id) and deleted. The value is write-only: no page ever shows it.
+const CREDENTIAL_SAMPLE = '{"token": "…"}';
+
+function jsonObjectOf(area) {
+  let value;
+  try {
+    value = JSON.parse(area.value);
+  } catch (e) {
+    throw new ApiError(400, [{ message: `value: not valid JSON: ${e.message}`, field: "value" }]);
+  }
+  if (!value || typeof value !== "object" || Array.isArray(value)) throw new ApiError(400, [{ message: "value: must be a JSON object", field: "value" }]);
+  return value;
+}
+
+async function adminCredentials(body) {
+  const canWrite = hasPermission("iam.secret.create");
+  const list = h("div", {});
+  const rotating = h("div", { "aria-live": "polite" });
+  const rotateForm = (secret) => {
+    const value = h("textarea", { rows: 4, class: "mono", spellcheck: "false", autocomplete: "off", placeholder: CREDENTIAL_SAMPLE });
+    const out = h("div", { "aria-live": "polite" });
+    const form = h(
+      "form",
+      {
+        class: "card",
+        onsubmit: async (ev) => {
+          ev.preventDefault();
+          try {
+            await api("PUT", `/secrets/${secret.id}`, { value: jsonObjectOf(value) });
+            put(rotating, );
+            toast(`Credentials ${secret.name} rotated.`);
+            await load();
+          } catch (err) {
+            put(out, errorBox(err));
+          }
+        },
+      },
+      h("h2", {}, `Rotate ${secret.name}`),
+      field("New value (JSON object)", value, "Replaces the stored value; nodes naming these credentials use it from their next execution (within a minute). It is never shown again."),
+      out,
+      h("div", { class: "actions" }, h("button", { type: "submit" }, "Rotate"), h("button", { type: "button", class: "secondary", onclick: () => put(rotating, ) }, "Cancel")),
+    );
+    put(rotating, form);
+    value.focus();
+  };
+  const load = async () => {
+    const res = await api("GET", `/secrets${qs({ "page[size]": 100 })}`);
+    put(
+      list,
+      res.data.length
+        ? table(
+            "Credentials",
+            ["Name", "Id", "Tenant", "Created", "Updated", ""],
+            res.data.map((x) =>
+              h(
+                "tr",
+                {},
+                h("td", {}, x.name),
+                h("td", { class: "mono" }, x.id),
+                h("td", { class: "mono" }, x.tenant || "—"),
+                h("td", {}, fmtTime(x.createdAt)),
+                h("td", {}, fmtTime(x.updatedAt)),
+                h(
+                  "td",
+                  {},
+                  canWrite
+                    ? [
+                        h("button", { type: "button", class: "secondary small", "aria-label": `Rotate credentials ${x.name}`, onclick: () => rotateForm(x) }, "Rotate"),
+                        " ",
+                        h("button", { type: "button", class: "danger small", "aria-label": `Delete credentials ${x.name}`, onclick: async () => { if (!confirm(`Delete the credentials ${x.name}? Nodes naming them will fail.`)) return; await api("DELETE", `/secrets/${x.id}`); toast(`Credentials ${x.name} deleted.`); await load(); } }, "Delete"),
+                      ]
+                    : null,
+                ),
+              ),
+            ),
+          )
+        : emptyState("No credentials yet."),
+    );
+  };
+  const name = h("input", { type: "text", maxlength: 200, autocomplete: "off" });
+  const value = h("textarea", { rows: 4, class: "mono", spellcheck: "false", autocomplete: "off", placeholder: CREDENTIAL_SAMPLE });
+  put(
+    body,
+    canWrite
+      ? createForm(
+          "Store credentials",
+          [field("Name", name), field("Value (JSON object)", value, "e.g. {\"token\": …} (Bearer), {\"username\", \"password\"} (Basic), {\"url\": …} for the sql connectors. Write-only: never shown again.")],
+          "Store credentials",
+          async () => {
+            const res = await api("POST", "/secrets", { name: name.value, value: jsonObjectOf(value) });
+            toast(`Credentials ${res.data.name} stored; nodes name them with credentials_id ${res.data.id}.`);
+            await load();
+          },
+        )
+      : null,
+    rotating,
+    h("h2", {}, "Stored credentials"),
     list,
   );
   await load();
