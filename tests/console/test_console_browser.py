@@ -320,6 +320,14 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     assert "total" in error
     b.wait_text(".step-failed .step-logs", r"error")
     assert b.find(".step-failed h3").text == "total"
+    # The run drawn on the graph of the version it ran: the failed step red, the others green.
+    ran = {
+        el.find_element("css selector", ".node-label").text: el.get_attribute("class")
+        for el in b.find_all("svg.graph g.node")
+    }
+    assert "run-failed" in ran["total"] and all(
+        "run-succeeded" in c for n, c in ran.items() if n != "total"
+    ), ran
     assert "order received" in " ".join(el.text for el in b.find_all(".step-succeeded .step-logs"))
     b.check_page("execution-failed")
 

@@ -516,7 +516,9 @@ async function viewFlows(_m, query) {
   poll(load);
 }
 
-function drawGraph(graph) {
+// runs: optional Map nodeId -> step status (an execution drawn on its graph); a node without
+// one did not run (skipped, or not reached yet).
+function drawGraph(graph, runs) {
   const nodes = graph.nodes || [];
   const edges = graph.edges || [];
   const g = new window.dagre.graphlib.Graph({ multigraph: true });
@@ -529,7 +531,12 @@ function drawGraph(graph) {
     // SPEC §12: a join says what it waits for, a sub-flow which flow it calls.
     if (n.componentId === "join") sub = f.count ? `join: ${f.count} messages` : "join: one per edge";
     if (n.componentId === "flow") sub = `sub-flow ${String(f.flowId || "?").slice(0, 8)}…`;
-    const kind = n.componentId === "join" ? "node node-join" : n.componentId === "flow" ? "node node-flow" : "node";
+    let kind = n.componentId === "join" ? "node node-join" : n.componentId === "flow" ? "node node-flow" : "node";
+    if (runs) {
+      const status = runs.get(n.id) || "not run";
+      sub = `${sub} · ${status}`;
+      kind = `${kind} run-${status.replace(" ", "-")}`;
+    }
     const width = Math.max(120, 8 * Math.max(label.length, sub.length) + 24);
     g.setNode(n.id, { label, sub, width, height: 52, kind, title: n.componentId === "flow" ? `calls flow ${f.flowId}` : null });
   }
@@ -554,7 +561,9 @@ function drawGraph(graph) {
   const svg = s("svg", {
     viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`,
     role: "img",
-    "aria-label": `Flow graph: ${nodes.length} nodes, ${edges.length} edges`,
+    "aria-label": runs
+      ? `The run on the flow's graph: ${nodes.map((n) => `${n.id} ${runs.get(n.id) || "not run"}`).join(", ")}`
+      : `Flow graph: ${nodes.length} nodes, ${edges.length} edges`,
     class: "graph",
   });
   // Natural size up to 640 px wide at least, so a phone scrolls the graph rather than shrinking it.
@@ -579,7 +588,7 @@ function drawGraph(graph) {
   for (const id of g.nodes()) {
     const n = g.node(id);
     const grp = s("g", { class: n.kind, transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
-    grp.append(s("rect", { width: n.width, height: n.height, rx: n.kind === "node node-join" ? 26 : 8 }));
+    grp.append(s("rect", { width: n.width, height: n.height, rx: n.kind.startsWith("node node-join") ? 26 : 8 }));
     if (n.title) grp.append(s("title", {}, n.title));
     grp.append(s("text", { x: n.width / 2, y: 22, "text-anchor": "middle", class: "node-label" }, n.label));
     grp.append(s("text", { x: n.width / 2, y: 40, "text-anchor": "middle", class: "node-sub" }, n.sub));
@@ -1185,9 +1194,18 @@ async function viewExecution(id) {
   const box = h("div", {});
   put(main, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "Executions"), " / "), h("h1", {}, "Execution ", h("span", { class: "mono" }, id)), box);
   let last = "";
+  let ranGraph;  // the graph of the version the execution ran (null: not readable)
   const load = async () => {
     const x = (await api("GET", `/executions/${id}`)).data;
     const names = await flowNames();
+    if (ranGraph === undefined) {
+      try {
+        const path = x.flowVersion ? `/flows/${x.flowId}/versions/${x.flowVersion}` : `/flows/${x.flowId}`;
+        ranGraph = (await api("GET", path)).data.graph;
+      } catch {
+        ranGraph = null;
+      }
+    }
     let logs = [];
     try {
       const res = await api("GET", `/logs${qs({ "filter[tenant]": logScope(x.tenant, x.user), "filter[executionId]": id, "page[size]": 200 })}`);
@@ -1271,6 +1289,9 @@ async function viewExecution(id) {
       ),
       hasPermission("tenant.flows.update") ? h("div", { class: "actions" }, rerun, ...replays) : null,
       h("div", { class: "two-col" }, h("section", {}, h("h2", {}, "Input"), h("pre", { tabindex: 0 }, fmtJson(x.input))), h("section", {}, h("h2", {}, "Result"), h("pre", { tabindex: 0 }, x.result === null || x.result === undefined ? "—" : fmtJson(x.result)))),
+      ranGraph
+        ? h("section", {}, h("h2", {}, "The run on the graph"), h("div", { class: "graph-box", tabindex: 0, role: "region", "aria-label": "The run on the graph (scrolls sideways)" }, drawGraph(ranGraph, new Map(x.steps.map((st) => [st.nodeId, st.status])))))
+        : null,
       h("h2", {}, `Steps (${x.steps.length})`),
       x.steps.length
         ? h("ol", { class: "steps" }, x.steps.map((s) => stepCard(s, logsByStep.get(s.nodeId) || [], logs === null)))
