@@ -320,3 +320,31 @@ def test_a_tenant_short_of_its_share_with_a_hot_runner_gets_a_surge_runner() -> 
     p.submit(3, "t:b", 1)
     plan = p.plan(1)
     assert plan.place == [] and plan.start_surge == 1, "B's only runner is hot and B is under its share"
+
+
+def test_a_tenant_left_with_only_a_demoted_runner_gets_a_fresh_one() -> None:
+    """B's first runner emptied and went to A; B's next execution does not join B's demoted
+    runner (it would run at the lower priority for as long as B keeps it busy) but gets a
+    fresh runner: a surge one here."""
+    p = Placement(base=3, capacity=8, surge=1)
+    for rid in (1, 2, 3):
+        p.runner_up(rid, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    assert p.plan(0).place == [(1, 1)]
+    p.heat(1, True)
+    p.submit(2, "t:b", 1)
+    assert p.plan(1).place == [(2, 2)]
+    p.heat(2, True)
+    p.submit(3, "t:b", 2)
+    plan = p.plan(2)
+    assert plan.place == [(3, 3)] and plan.demote == [3], "B's second runner is demoted"
+    p.heat(2, False)
+    p.finish(2, 3)  # B's first empties ...
+    p.submit(4, "t:a", 3)  # ... and A takes it
+    plan = p.plan(3)
+    assert plan.place == [(4, 2)] and plan.demote == [2]
+    p.submit(5, "t:b", 4)
+    plan = p.plan(4)
+    assert plan.place == [] and plan.start_surge == 1, "a fresh runner for B, not its demoted one"
+    p.runner_up(4, surge=True, now=5)
+    assert p.plan(5).place == [(5, 4)]

@@ -309,7 +309,9 @@ class Placement:
                 return best  # the group has its first runner; this one is an extra
         free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
         if not alone and best is not None and not free:
-            return best
+            # Only demoted runners left to the group (its first emptied and went to another
+            # group): a fresh runner is asked for (_relieve) if one can be had; else this one.
+            return None if self._relief_possible(group) else best
         if free:
             # Fresh runners for suspects first; others take a used one when there is one.
             return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
@@ -317,6 +319,20 @@ class Placement:
             # Every runner of the group is hot and it holds its share: wait in one of them.
             return min(own, key=lambda s: (s.demoted, len(s.jobs), s.rid))
         return None
+
+    def _firsts(self) -> dict[str, int]:
+        """Runners each group holds at the base priority (not demoted)."""
+        held: dict[str, int] = defaultdict(int)
+        for seat in self.seats.values():
+            if seat.group is not None and seat.jobs and not seat.demoted:
+                held[seat.group] += 1
+        return held
+
+    def _relief_possible(self, group: str) -> bool:
+        """A surge runner can be started, or another group holds a runner that may be drained."""
+        if sum(s.surge for s in self.seats.values()) + self.surge_starting < self.surge:
+            return True
+        return any(s.jobs and s.group != group and not s.condemned for s in self.seats.values())
 
     def _board(self, seat: Seat, t: Ticket, alone: bool, now: float) -> None:
         if not seat.jobs:
@@ -346,8 +362,11 @@ class Placement:
         if sum(not s.surge for s in self.seats.values()) < self.base:
             return  # runners are on their way (start-up, a replacement)
         share = self._fair_share()
+        firsts = self._firsts()
         short = sorted(blocked, key=lambda g: held.get(g, 0))
-        short = [g for g in short if held.get(g, 0) == 0 or held[g] < share]
+        # Short: no runner at the base priority (none at all, or only demoted ones), or fewer
+        # runners than the group's share while all of them are hot.
+        short = [g for g in short if firsts.get(g, 0) == 0 or held[g] < share]
         surge_up = sum(s.surge for s in self.seats.values())
         drains_needed = 0
         for _ in short:
@@ -359,7 +378,7 @@ class Placement:
         draining = sum(1 for s in self.seats.values() if s.draining and s.jobs)
         # Take from a group that keeps more than the one helped: any runner for a group
         # without one, else one of a group holding at least two more.
-        least = min((held.get(g, 0) for g in short), default=0)
+        least = min((firsts.get(g, 0) and held.get(g, 0) for g in short), default=0)
         floor = least + 1 if least else 0
         while draining < drains_needed:
             candidates = [
