@@ -31,7 +31,7 @@ from flowyard.iam.visibility import owner_user_of, shares_owner
 from flowyard.ids import new_id
 from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
-from flowyard.queue import counters, steps
+from flowyard.queue import counters, steps, subflows
 from flowyard.queue import status as execution_status
 from flowyard.queue.models import Execution
 from flowyard.queue.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
@@ -482,7 +482,14 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
 
 
 async def complete(
-    session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str, count: bool = True
+    session: AsyncSession,
+    outcomes: Sequence[Outcome],
+    *,
+    worker_id: str,
+    count: bool = True,
+    max_flow_depth: int = 5,
+    started: list[str] | None = None,
+    woken: list[str] | None = None,
 ) -> set[str]:
     """Record finished executions (with their steps), their logs and component counts in one transaction.
 
@@ -490,6 +497,9 @@ async def complete(
     (another worker re-ran it) or the execution was cancelled meanwhile, the
     outcome is dropped so no execution is ever recorded twice. ``count=False``: their
     steps are not counted (the count could not be written: ``isolate.py``).
+
+    Sub-flows (SPEC §12, queue/subflows.py): a parked ``flow`` step's child is enqueued here
+    (its id added to ``started``), and a finished child's parent is made due (added to ``woken``).
     """
     if not outcomes:
         return set()
@@ -503,6 +513,12 @@ async def complete(
     parked = [o for o in outcomes if o.execution_id in held and o.status == ExecutionStatus.WAITING]
     mine = [o for o in outcomes if o.execution_id in held and o.status != ExecutionStatus.WAITING]
     table = _EXECUTIONS
+    if parked:
+        children = await subflows.children_of(session, parked, max_depth=max_flow_depth)
+        if children:
+            child_ids = await enqueue(session, [NewExecution(**k) for k in children])
+            if started is not None:
+                started += child_ids
     if parked:
         # Parked (SPEC §11): waiting until resume_at with its continuation; it holds no lease, and
         # its run is not counted against the reaper's attempts (each resume is a new claim).
@@ -555,6 +571,10 @@ async def complete(
         await append_logs(session, logs)
     # SPEC §11: a failed execution starts its flow's error flow, in this transaction.
     await start_error_flows(session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED])
+    # SPEC §12: a finished sub-flow's parent goes on.
+    parents = await subflows.wake_parents(session, mine)
+    if woken is not None:
+        woken += parents
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine if count else ():
