@@ -140,3 +140,15 @@ async def test_join_fields_are_checked_on_save(engine_client: Client, factory: F
         err = r.json()["errors"][0]
         assert err["field"].startswith("graph.nodes[2].fields."), err
         assert message in err["message"] and "(node 'j')" in err["message"], err
+    body = _body([_join()], [])
+    body["graph"]["nodes"].append(_expr("a", "n"))
+    body["graph"]["edges"] = [{"source": "in", "target": "a"}]
+    r = await c.post("/flows", json=body, headers=member.headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"] == [
+        {
+            "message": "graph.nodes[1]: a join needs at least one incoming edge (node 'j')",
+            "code": 400,
+            "field": "graph.nodes[1]",
+        }
+    ]
