@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from flowyard.config import Settings
-from tests.conftest import Account, Factory, flow_body
+from tests.conftest import Account, Factory, flow_body, wait_until
 from tests.engine.test_engine_e2e import active_flow, finished
 
 Client = httpx.AsyncClient
@@ -213,3 +213,24 @@ async def test_another_tenant_cannot_see_a_child_execution(engine_client: Client
         assert (await c.get(f"/executions/{run['id']}", headers=who.headers)).status_code == 404
         assert (await c.get(f"/executions/{e['id']}", headers=who.headers)).status_code == 404
         assert await _children(c, who, child) == []
+
+
+async def test_a_cancelled_child_fails_the_step_without_waiting_for_the_timeout(
+    engine_client: Client, factory: Factory
+) -> None:
+    c = engine_client
+    member = await _member(factory)
+    child = await _create(c, member, {"id": "d", "componentId": "delay", "fields": {"seconds": 60}})
+    parent = await active_flow(c, member, flow_body(graph=_graph(_call(child, timeout=120))))
+    r = await c.post(f"/webhooks/{parent}", json={"n": 1})
+    eid = r.json()["data"]["executionId"]
+
+    async def child_waits() -> str | None:
+        runs = await _children(c, member, child)
+        return str(runs[0]["id"]) if runs and runs[0]["status"] == "waiting" else None
+
+    run = await wait_until(child_waits)
+    assert (await c.post(f"/executions/{run}/cancel", headers=member.headers)).status_code == 200
+    e = await finished(c, member, eid)
+    assert e["status"] == "failed", e
+    assert e["error"].startswith(f"step call failed: flow: sub-flow execution {run} cancelled: "), e

@@ -451,6 +451,9 @@ async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]]
         [{"eid": row.id, "err": error} for row, error in bad],
     )
     await append_logs(session, _failure_entries(bad, now))
+    await subflows.wake_parents(
+        session, [(row.id, ExecutionStatus.FAILED, None, error) for row, error in bad]
+    )
 
 
 def _failure_entries(failed: Iterable[tuple[Any, str | None]], now: datetime) -> list[dict[str, Any]]:
@@ -572,7 +575,9 @@ async def complete(
     # SPEC §11: a failed execution starts its flow's error flow, in this transaction.
     await start_error_flows(session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED])
     # SPEC §12: a finished sub-flow's parent goes on.
-    parents = await subflows.wake_parents(session, mine)
+    parents = await subflows.wake_parents(
+        session, [(o.execution_id, o.status, o.result, o.error) for o in mine]
+    )
     if woken is not None:
         woken += parents
     comp: Counter[tuple[Any, str, str]] = Counter()
@@ -688,6 +693,7 @@ async def reap(
     if dead:  # SPEC §11 (flushed first: start_error_flows reads them as failed)
         await session.flush()
         await start_error_flows(session, [e.id for e in dead])
+        await subflows.wake_parents(session, [(e.id, ExecutionStatus.FAILED, None, e.error) for e in dead])
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 
@@ -727,6 +733,7 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
             .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
+        await subflows.wake_parents(session, [(i, ExecutionStatus.CANCELLED, None, reason) for i in ids])
     return ids
 
 
@@ -754,6 +761,7 @@ async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str
         )
         # The same error entry as every execution the queue fails.
         await append_logs(session, _failure_entries(((row, reason) for row in rows), now))
+        await subflows.wake_parents(session, [(i, ExecutionStatus.FAILED, None, reason) for i in found])
     return found
 
 
@@ -820,6 +828,7 @@ async def cancel(session: AsyncSession, execution_id: str, reason: str) -> Execu
     )
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         return None  # it moved meanwhile (finished, or cancelled by another request)
+    await subflows.wake_parents(session, [(execution_id, ExecutionStatus.CANCELLED, None, reason)])
     await append_logs(
         session,
         [

@@ -151,13 +151,18 @@ async def children_of(
     return items
 
 
-async def wake_parents(session: AsyncSession, finished: Sequence[Outcome]) -> list[str]:
-    """Hand each finished child's outcome to its waiting parent and make the parent due now (in
-    the caller's transaction, after the children's rows were written); returns the parents'
-    ids. A parent no longer waiting for that child (it timed out, was cancelled) is left alone."""
-    if not finished:
+Ended = tuple[str, str, Any, str | None]
+"""An execution that reached a final state: (id, status, result, error)."""
+
+
+async def wake_parents(session: AsyncSession, ended: Sequence[Ended]) -> list[str]:
+    """Hand each ended child's outcome to its waiting parent and make the parent due now (in
+    the caller's transaction, after the children's rows were written: an outcome recorded, a
+    cancel, a stop, an abandoned or unreadable execution failed); returns the parents' ids. A
+    parent no longer waiting for that child (it timed out, was cancelled) is left alone."""
+    if not ended:
         return []
-    by_id = {o.execution_id: o for o in finished}
+    by_id = {e[0]: e for e in ended}
     children = (
         await session.execute(
             sa.select(Execution.id, Execution.parent_execution_id).where(
@@ -192,8 +197,8 @@ async def wake_parents(session: AsyncSession, finished: Sequence[Outcome]) -> li
         first = pending[0] if isinstance(pending, list) and pending and isinstance(pending[0], dict) else None
         if first is None or first.get("childId") != child.id:
             continue
-        o = by_id[child.id]
-        first["child"] = {"id": child.id, "status": str(o.status), "result": o.result, "error": o.error}
+        _id, status, result, error = by_id[child.id]
+        first["child"] = {"id": child.id, "status": str(status), "result": result, "error": error}
         moved = await session.execute(
             sa.update(_EXECUTIONS)
             .where(
