@@ -152,3 +152,20 @@ async def test_join_fields_are_checked_on_save(engine_client: Client, factory: F
             "field": "graph.nodes[1]",
         }
     ]
+
+
+async def test_a_poison_item_fails_alone(engine_client: Client, factory: Factory) -> None:
+    c = engine_client
+    member = await factory.user(tenant=await factory.tenant())
+    body = _body(
+        [_expr("a", "n * 2"), _expr("b", "'x'"), _join()], [("in", "a"), ("in", "b"), ("a", "j"), ("b", "j")]
+    )
+    fid = await active_flow(c, member, body)
+    sent = []
+    for data in ({"n": 1}, {"n": "poison"}, {"n": 3}):
+        r = await c.post(f"/webhooks/{fid}", json=data)
+        sent.append(r.json()["data"]["executionId"])
+    runs = [await finished(c, member, eid) for eid in sent]
+    assert [r["status"] for r in runs] == ["succeeded", "failed", "succeeded"]
+    assert runs[0]["result"] == {"data": [2, "x"]} and runs[2]["result"] == {"data": [6, "x"]}
+    assert runs[1]["error"].startswith("step a failed: ")
