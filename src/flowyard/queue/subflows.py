@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
 from flowyard.components.builtins import flow_refusal
+from flowyard.db.dialect import dialect_name
 from flowyard.flows.models import Flow
 from flowyard.iam.visibility import owner_user_of, shares_owner
 from flowyard.ids import is_valid_id, new_id
@@ -174,17 +175,15 @@ async def wake_parents(session: AsyncSession, ended: Sequence[Ended]) -> list[st
     ).all()
     if not children:
         return []
-    parents = {
-        r.id: r.state
-        for r in (
-            await session.execute(
-                sa.select(Execution.id, sa.cast(Execution.state, sa.Text).label("state")).where(
-                    Execution.id.in_({c.parent_execution_id for c in children}),
-                    Execution.status == ExecutionStatus.WAITING,
-                )
-            )
-        ).all()
-    }
+    find = sa.select(Execution.id, sa.cast(Execution.state, sa.Text).label("state")).where(
+        Execution.id.in_({c.parent_execution_id for c in children}),
+        Execution.status == ExecutionStatus.WAITING,
+    )
+    if dialect_name(session) == "postgresql":
+        # Locked until this commits, so the state read here is the one replaced (a resumer skips
+        # the row meanwhile). SQLite: this write transaction is the only writer.
+        find = find.with_for_update()
+    parents = {r.id: r.state for r in (await session.execute(find)).all()}
     now = utcnow()
     woken: list[str] = []
     for child in children:
