@@ -169,3 +169,15 @@ async def test_a_poison_item_fails_alone(engine_client: Client, factory: Factory
     assert [r["status"] for r in runs] == ["succeeded", "failed", "succeeded"]
     assert runs[0]["result"] == {"data": [2, "x"]} and runs[2]["result"] == {"data": [6, "x"]}
     assert runs[1]["error"].startswith("step a failed: ")
+
+
+async def test_components_lists_join_and_flow_with_their_fields(
+    engine_client: Client, factory: Factory
+) -> None:
+    member = await factory.user(tenant=await factory.tenant())
+    r = await engine_client.get("/components", headers=member.headers)
+    assert r.status_code == 200
+    found = {c["id"]: c for c in r.json()["data"]}
+    join, flow = found["join"]["fields"], found["flow"]["fields"]
+    assert set(join["properties"]) == {"count", "timeout"} and join["additionalProperties"] is False
+    assert flow["required"] == ["flowId"] and set(flow["properties"]) == {"flowId", "timeout"}
