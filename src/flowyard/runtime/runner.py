@@ -4,8 +4,9 @@ Semantics (docs/engine.md): nodes without incoming edges receive the trigger
 message; a node's function returns zero, one or many messages; each is offered
 to every outgoing edge, which passes it when its ``condition`` is truthy and
 hands the target the ``mapper``'s result (or the data unchanged). A node with
-several incoming edges runs once per arriving message. Messages are processed
-breadth-first, one at a time, so a run is deterministic.
+several incoming edges runs once per arriving message, but a ``join`` (SPEC §12), which holds
+what arrives until its set is complete (runtime/join.py) and then runs once on the set. Messages
+are processed breadth-first, one at a time, so a run is deterministic.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class CompiledFlow:
         if not roots:
             raise FlowNotRunnable("the graph has no node without incoming edges")
         for n in roots:
-            if nodes[n].component is not None and nodes[n].component.joins:  # type: ignore[union-attr]
+            root = nodes[n].component
+            if root is not None and root.joins:  # refused on save; a stored flow may predate that
                 raise FlowNotRunnable(f"node {n}: a join needs incoming edges")
         return cls(
             flow_id,
@@ -442,7 +444,7 @@ async def run_execution(
                 raise LimitExceeded(node_id, limit_message("wall", settings))
             if item.edge is not None and node_id in join_nodes:
                 # An arrival at a join: held until its set is complete, then the set runs.
-                js = joins.setdefault(node_id, flow.join_set(node_id))
+                js = joins.get(node_id) or joins.setdefault(node_id, flow.join_set(node_id))
                 now = utcnow()
                 if js.deadline is not None and js.deadline <= now:
                     expire_join(node_id)  # the open set's time ran out before this came
