@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         "a respond node's reply (the ?wait= reply), the output of a last step, the data of a log "
         "entry (cut to a marker over it). Over it the step that produced it fails.",
     )
+    flow_max_depth: int = Field(
+        5,
+        ge=1,
+        le=50,
+        description="How deeply `flow` steps (sub-flows, SPEC §12) may nest: a flow's execution "
+        "starting a child, that child starting another... A step that would nest deeper fails.",
+    )
     max_attempts: int = Field(
         5, ge=1, description="Runs of an execution before a crash-looping one is failed."
     )

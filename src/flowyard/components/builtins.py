@@ -21,7 +21,8 @@ from flowyard.components.expressions import (
 )
 from flowyard.components.netpolicy import redact_url, refusal_of, scrub_userinfo
 from flowyard.components.registry import Component, Message
-from flowyard.components.retry import ComponentError, NonRetryable, Park, parse_retry_after
+from flowyard.components.retry import CallFlow, ComponentError, NonRetryable, Park, parse_retry_after
+from flowyard.ids import is_valid_id
 
 
 def _expr(value: str) -> str:
@@ -191,6 +192,120 @@ DELAY = Component.single(
     DelayFields,
 )
 
+
+# -- join and flow (SPEC §12): both wait durably, holding nothing (docs/components.md) ---------
+
+JOIN_MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a mistake, not a join
+FLOW_MAX_TIMEOUT = 24 * 3600.0
+
+
+class JoinFields(_Fields):
+    count: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        strict=True,
+        description="Emit once this many messages have arrived (from any incoming edges); "
+        "absent: once one has arrived from each incoming edge.",
+    )
+    timeout: float = Field(
+        60.0,
+        gt=0,
+        le=JOIN_MAX_TIMEOUT,
+        description="Seconds from the first message of a set until the step fails if the set is "
+        "not complete (at most a week).",
+    )
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number of seconds")
+        return value
+
+
+async def join(message: Message, _ctx: StepContext) -> Message:
+    """The runner gathers the set (runtime/join.py) and calls this with its list as data."""
+    return message
+
+
+JOIN = Component(
+    id="join",
+    description="Wait for a message from each incoming edge (or fields.count messages), then emit "
+    "one message whose data is the list of their data, in edge order. The wait is durable and "
+    "holds nothing; fields.timeout (default 60 s) fails the step if the set does not complete.",
+    functions={"join": join},
+    default_function="join",
+    fields=JoinFields,
+    awaits=False,
+    joins=True,
+)
+
+
+class FlowFields(_Fields):
+    flowId: str = Field(
+        description="The flow to run (24 hex characters): a flow of this flow's tenant that its "
+        "owners can see. Its execution gets the message data as trigger data."
+    )
+    timeout: float = Field(
+        300.0,
+        gt=0,
+        le=FLOW_MAX_TIMEOUT,
+        description="Seconds the step waits for the sub-flow's execution to finish (at most a day); "
+        "the execution waits parked, holding nothing.",
+    )
+
+    @field_validator("flowId")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not is_valid_id(value):
+            raise ValueError("must be a flow id (24 hex characters)")
+        return value
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number of seconds")
+        return value
+
+
+def flow_refusal(flow_id: str) -> str:
+    """The one answer, on save and when the step runs, for a flow a ``flow`` step may not run:
+    one that does not exist, one of another tenant and one its owners cannot see read the same."""
+    return f"flow {flow_id} is not a flow of this tenant that this flow's owners can see"
+
+
+async def call_flow(message: Message, ctx: StepContext) -> Message:
+    """Park until the child execution finishes (queue/subflows.py starts it and resumes this
+    execution), then emit its result, or fail with why it did not succeed."""
+    if not ctx.resumed:
+        raise CallFlow(ctx.fields.flowId, ctx.fields.timeout)
+    child = ctx.child
+    if child is None:
+        raise ComponentError(f"flow: the sub-flow's execution did not finish within {ctx.fields.timeout:g} s")
+    if "id" not in child:  # it could not start: not retryable, the same answer would come
+        raise NonRetryable(f"flow: {child.get('error')}")
+    if child.get("status") != "succeeded":
+        raise ComponentError(
+            f"flow: sub-flow execution {child['id']} {child.get('status')}: {child.get('error')}"
+        )
+    result = child.get("result")
+    data = None
+    if isinstance(result, dict):
+        reply = result.get("reply")
+        data = result["data"] if "data" in result else reply.get("body") if isinstance(reply, dict) else None
+    return {"data": data, "metadata": message["metadata"]}
+
+
+FLOW = Component.single(
+    "flow",
+    "Run another flow of this tenant (fields.flowId) with the message data as trigger data and "
+    "emit its result. The execution parks while the sub-flow runs (it holds nothing).",
+    "call",
+    call_flow,
+    FlowFields,
+)
 
 # The reply of a synchronous webhook goes to an anonymous caller from the service's own origin,
 # so a flow sets only headers that cannot act on that origin or on the caller's browser (the one
@@ -426,4 +541,16 @@ HTTP = Component.single(
     HttpFields,
 )
 
-ALL: tuple[Component, ...] = (WEBHOOK, SCHEDULE, JSONATA, FILTER, SPLIT, HTTP, LOG, DELAY, RESPOND)
+ALL: tuple[Component, ...] = (
+    WEBHOOK,
+    SCHEDULE,
+    JSONATA,
+    FILTER,
+    SPLIT,
+    HTTP,
+    LOG,
+    DELAY,
+    RESPOND,
+    JOIN,
+    FLOW,
+)

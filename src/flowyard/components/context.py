@@ -44,6 +44,10 @@ class StepContext:
     idempotency_key: str = ""
     # The execution parked for this step on this message (a long ``delay``) and now goes on.
     resumed: bool = False
+    # A resumed ``flow`` step (sub-flow): what its child execution came to, ``{"id", "status",
+    # "result", "error"}``, or ``{"error"}`` when it could not start; None when it did not finish
+    # in time (queue/subflows.py writes it into the parent's continuation).
+    child: dict[str, Any] | None = None
 
     def log(self, level: str, message: str, data: Any = None) -> None:
         """Add an entry to the flow's logs (written with the step's result)."""

@@ -47,6 +47,9 @@ class Component:
     # the engine while the flow is active. The same name in ``functions`` runs when the
     # execution does (a pass-through of the event's data).
     events: Mapping[str, TriggerFunction] = field(default_factory=dict)
+    # A join (SPEC §12): the runner gathers the messages of its incoming edges into sets
+    # (runtime/join.py) and calls the function once per complete set, its list as data.
+    joins: bool = False
 
     def __post_init__(self) -> None:
         if self.default_function not in self.functions:

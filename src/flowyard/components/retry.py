@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "RETRY_KEYS",
+    "CallFlow",
     "ComponentError",
     "NonRetryable",
     "Park",
@@ -55,6 +56,19 @@ class Park(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"park for {seconds:g} s")
         self.seconds = seconds
+
+
+class CallFlow(Park):
+    """Raised by the ``flow`` component (a sub-flow, SPEC §12): its execution parks while an
+    execution of ``flow_id`` runs with the message data as trigger data; the queue starts that
+    child when it records the park and resumes the parent when the child finishes (or at
+    ``timeout`` seconds), calling the component again with ``ctx.resumed`` True and
+    ``ctx.child`` the child's outcome (None: it did not finish in time)."""
+
+    def __init__(self, flow_id: str, timeout: float) -> None:
+        super().__init__(timeout)
+        self.flow_id = flow_id
+        self.timeout = timeout
 
 
 RETRY_KEYS = frozenset({"maxAttempts", "initialInterval", "backoff", "maxInterval", "jitter"})

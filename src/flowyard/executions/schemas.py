@@ -52,7 +52,10 @@ class ExecutionOut(BaseModel):
     )
     tenant: str | None = None
     user: str | None = Field(None, description="The flow's user owner.")
-    trigger: str = Field(description="webhook, cron, manual, event or error (an error flow's run).")
+    trigger: str = Field(
+        description="webhook, cron, manual, event, error (an error flow's run) or flow (a sub-flow's run, "
+        "started by the `flow` step of `parentExecutionId`)."
+    )
     status: ExecutionStatus
     attempts: int
     createdAt: Timestamp
@@ -65,7 +68,11 @@ class ExecutionOut(BaseModel):
     resumeAt: Timestamp | None = Field(None, description="When a waiting execution goes on (SPEC §11).")
     retryOf: str | None = Field(None, description="The execution this one retries from its failed step.")
     rerunOf: str | None = Field(None, description="The execution whose trigger data this one runs again.")
-    parentExecutionId: str | None = Field(None, description="The execution whose `flow` step started it.")
+    parentExecutionId: str | None = Field(
+        None,
+        description="The execution that started it: whose `flow` step called it (trigger flow), or "
+        "whose failure started this error flow (trigger error).",
+    )
 
 
 class ExecutionDetail(ExecutionOut):

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard import ids
 from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause, search_ids
 from flowyard.clock import isoformat, utcnow
+from flowyard.components.builtins import flow_refusal
 from flowyard.components.registry import Registry
 from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
@@ -382,6 +383,7 @@ async def check_new_flow(session: AsyncSession, principal: Principal, flow: Flow
     await check_user_owners(session, principal, flow.owners)
     problems = await credential_problems(session, flow.graph, tenant=flow.tenant, owners=flow.owners)
     problems += await error_flow_problems(session, principal, flow.id, flow.owners, flow.error_flow_id)
+    problems += await subflow_problems(session, principal, flow.id, flow.tenant, flow.owners, flow.graph)
     if problems:
         raise InvalidInput(problems)
 
@@ -404,6 +406,94 @@ async def error_flow_problems(
     target = await session.scalar(sa.select(Flow).where(Flow.id == error_flow_id))
     if target is None or not is_visible(principal, target) or not shares_owner(owners, target.owners):
         return [Problem("must name a flow this flow's owners can see", "errorFlowId")]
+    return []
+
+
+# How many flows the cycle search of a save reads at most (a tenant's call graph is small; this
+# bounds the work an author can cause; a cycle past it is stopped by the depth limit at run time).
+_CYCLE_SEARCH_FLOWS = 1000
+
+
+def _flow_calls(graph: Any) -> list[tuple[int, str, str]]:
+    """(index, node id, flowId) of each ``flow`` node of a graph naming a well-formed id."""
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    out = []
+    for i, node in enumerate(nodes if isinstance(nodes, list) else []):
+        if not isinstance(node, dict) or node.get("componentId") != "flow":
+            continue
+        fields = node.get("fields")
+        target = fields.get("flowId") if isinstance(fields, dict) else None
+        if isinstance(target, str) and ids.is_valid_id(target):
+            out.append((i, str(node.get("id")), target))
+    return out
+
+
+async def subflow_problems(
+    session: AsyncSession,
+    principal: Principal,
+    flow_id: str,
+    tenant: str | None,
+    owners: Sequence[dict[str, str]],
+    graph: Any,
+) -> list[Problem]:
+    """Each ``flow`` node (SPEC §12) names a flow of this flow's tenant that the caller sees and
+    that shares an owner with this flow (so its owners see it), the same answer for a flow that
+    does not exist, another tenant's or an unseen one; and no cycle of flows calling each other
+    goes through this flow, as far as the caller can see (400 listing the cycle). The queue
+    checks the same again when the step runs (queue/subflows.py)."""
+    calls = _flow_calls(graph)
+    if not calls:
+        return []
+    problems: list[Problem] = []
+    targets = {
+        f.id: f
+        for f in (
+            await session.scalars(sa.select(Flow).where(Flow.id.in_({t for _i, _n, t in calls} - {flow_id})))
+        ).all()
+    }
+    for i, node_id, target_id in calls:
+        path = f"graph.nodes[{i}].fields.flowId"
+        if target_id == flow_id:
+            problems.append(
+                Problem(f"{path}: flows calling each other form a cycle: {flow_id} → {flow_id}", path)
+            )
+            continue
+        target = targets.get(target_id)
+        if (
+            target is None
+            or target.tenant != tenant
+            or not is_visible(principal, target)
+            or not shares_owner(owners, target.owners)
+        ):
+            problems.append(Problem(f"{path}: {flow_refusal(target_id)} (node {node_id!r})", path))
+            continue
+        cycle = await _call_cycle(session, principal, flow_id, target)
+        if cycle:
+            text = " → ".join([flow_id, *cycle])
+            problems.append(Problem(f"{path}: flows calling each other form a cycle: {text}", path))
+    return problems
+
+
+async def _call_cycle(session: AsyncSession, principal: Principal, flow_id: str, start: Flow) -> list[str]:
+    """The calls from ``start`` back to ``flow_id`` through flows the caller sees (depth first),
+    as the flow ids from ``start`` to ``flow_id``; empty when there is none."""
+    paths: dict[str, list[str]] = {start.id: [start.id]}
+    todo = [start]
+    read = 0
+    while todo and read < _CYCLE_SEARCH_FLOWS:
+        current = todo.pop()
+        read += 1
+        next_ids = [t for _i, _n, t in _flow_calls(current.graph)]
+        if flow_id in next_ids:
+            return [*paths[current.id], flow_id]
+        unseen = [t for t in next_ids if t not in paths]
+        if not unseen:
+            continue
+        for f in (await session.scalars(sa.select(Flow).where(Flow.id.in_(unseen)))).all():
+            if f.id in paths or not is_visible(principal, f):
+                continue
+            paths[f.id] = [*paths[current.id], f.id]
+            todo.append(f)
     return []
 
 
@@ -542,6 +632,9 @@ async def update_flow(
     clean["owners"] = _owners_for(principal, clean["owners"], clean["tenant"], add_caller=False)
     error_problems = await error_flow_problems(
         session, principal, flow.id, clean["owners"], clean.get("errorFlowId")
+    )
+    error_problems += await subflow_problems(
+        session, principal, flow.id, clean["tenant"], clean["owners"], clean["graph"]
     )
     if error_problems:
         raise InvalidInput(error_problems)
@@ -702,6 +795,7 @@ async def restore_version(
         current_status=flow.status,
     )
     problems += await credential_problems(session, version.graph, tenant=flow.tenant, owners=flow.owners)
+    problems += await subflow_problems(session, principal, flow.id, flow.tenant, flow.owners, version.graph)
     if problems:
         raise InvalidInput(problems)
     now = utcnow()

@@ -247,6 +247,16 @@ def _graph(c: Checker, graph: Any, registry: Registry) -> dict[str, Any]:
         c.add("graph.edges", "a flow with more than one node needs at least one edge")
     if edges and len(edges) == len(edges_raw) and _has_cycle(ids, edges):
         c.add("graph.edges", "the graph must not contain a cycle")
+    if len(edges) == len(edges_raw):
+        # A join (SPEC §12) gathers what its incoming edges bring: without one it would get the
+        # trigger message alone, and wait for nothing else.
+        targets = {e.get("target") for e in edges}
+        for i, node in enumerate(nodes):
+            component = registry.get(node.get("componentId") or "")
+            if component is not None and component.joins and node.get("id") not in targets:
+                c.add(
+                    f"graph.nodes[{i}]", f"a join needs at least one incoming edge (node {node.get('id')!r})"
+                )
     return {"nodes": nodes, "edges": edges}
 
 

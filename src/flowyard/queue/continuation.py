@@ -24,6 +24,11 @@ number at its node: its idempotency key) and ``resumed`` (the execution parked f
 that message: a long ``delay`` passes it on); and at the top ``enqueued`` (arrivals per node so
 far), ``emitted`` (messages so far, for FLOWYARD_MAX_MESSAGES), ``lastSink`` and ``reply`` (the
 result so far). An entry without ``index`` (a replay's) is a new arrival at its node.
+SPEC §12 adds: ``joins`` at the top (per join node, the messages it holds: ``{"arrivals":
+[[<incoming edge position>, <message>], ...], "since": <when the open set began>}``); per pending
+entry, ``edge`` (a message on its way to a join: the position of the edge it came by) and
+``call`` (a parked ``flow`` step: ``{"flowId", "timeout"}``), to which the queue adds ``childId``
+when it starts the child and ``child`` (its outcome, or ``{"error"}`` when it could not start).
 """
 
 from __future__ import annotations

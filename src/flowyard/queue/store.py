@@ -31,7 +31,7 @@ from flowyard.iam.visibility import owner_user_of, shares_owner
 from flowyard.ids import new_id
 from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
-from flowyard.queue import counters, steps
+from flowyard.queue import counters, steps, subflows
 from flowyard.queue import status as execution_status
 from flowyard.queue.models import Execution
 from flowyard.queue.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
@@ -451,6 +451,9 @@ async def _fail_unreadable(session: AsyncSession, bad: Sequence[tuple[Any, str]]
         [{"eid": row.id, "err": error} for row, error in bad],
     )
     await append_logs(session, _failure_entries(bad, now))
+    await subflows.wake_parents(
+        session, [(row.id, ExecutionStatus.FAILED, None, error) for row, error in bad]
+    )
 
 
 def _failure_entries(failed: Iterable[tuple[Any, str | None]], now: datetime) -> list[dict[str, Any]]:
@@ -482,7 +485,14 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
 
 
 async def complete(
-    session: AsyncSession, outcomes: Sequence[Outcome], *, worker_id: str, count: bool = True
+    session: AsyncSession,
+    outcomes: Sequence[Outcome],
+    *,
+    worker_id: str,
+    count: bool = True,
+    max_flow_depth: int = 5,
+    started: list[str] | None = None,
+    woken: list[str] | None = None,
 ) -> set[str]:
     """Record finished executions (with their steps), their logs and component counts in one transaction.
 
@@ -490,6 +500,9 @@ async def complete(
     (another worker re-ran it) or the execution was cancelled meanwhile, the
     outcome is dropped so no execution is ever recorded twice. ``count=False``: their
     steps are not counted (the count could not be written: ``isolate.py``).
+
+    Sub-flows (SPEC §12, queue/subflows.py): a parked ``flow`` step's child is enqueued here
+    (its id added to ``started``), and a finished child's parent is made due (added to ``woken``).
     """
     if not outcomes:
         return set()
@@ -503,6 +516,12 @@ async def complete(
     parked = [o for o in outcomes if o.execution_id in held and o.status == ExecutionStatus.WAITING]
     mine = [o for o in outcomes if o.execution_id in held and o.status != ExecutionStatus.WAITING]
     table = _EXECUTIONS
+    if parked:
+        children = await subflows.children_of(session, parked, max_depth=max_flow_depth)
+        if children:
+            child_ids = await enqueue(session, [NewExecution(**k) for k in children])
+            if started is not None:
+                started += child_ids
     if parked:
         # Parked (SPEC §11): waiting until resume_at with its continuation; it holds no lease, and
         # its run is not counted against the reaper's attempts (each resume is a new claim).
@@ -555,6 +574,12 @@ async def complete(
         await append_logs(session, logs)
     # SPEC §11: a failed execution starts its flow's error flow, in this transaction.
     await start_error_flows(session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED])
+    # SPEC §12: a finished sub-flow's parent goes on.
+    parents = await subflows.wake_parents(
+        session, [(o.execution_id, o.status, o.result, o.error) for o in mine]
+    )
+    if woken is not None:
+        woken += parents
     comp: Counter[tuple[Any, str, str]] = Counter()
     who: dict[str, Outcome] = {}
     for o in mine if count else ():
@@ -668,6 +693,7 @@ async def reap(
     if dead:  # SPEC §11 (flushed first: start_error_flows reads them as failed)
         await session.flush()
         await start_error_flows(session, [e.id for e in dead])
+        await subflows.wake_parents(session, [(e.id, ExecutionStatus.FAILED, None, e.error) for e in dead])
     return int(requeued.rowcount or 0), dead  # type: ignore[attr-defined]
 
 
@@ -707,6 +733,7 @@ async def cancel_unfinished(session: AsyncSession, flow_id: str, reason: str) ->
             .values(error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
+        await subflows.wake_parents(session, [(i, ExecutionStatus.CANCELLED, None, reason) for i in ids])
     return ids
 
 
@@ -734,6 +761,7 @@ async def fail_unfinished(session: AsyncSession, ids: Sequence[str], reason: str
         )
         # The same error entry as every execution the queue fails.
         await append_logs(session, _failure_entries(((row, reason) for row in rows), now))
+        await subflows.wake_parents(session, [(i, ExecutionStatus.FAILED, None, reason) for i in found])
     return found
 
 
@@ -800,6 +828,7 @@ async def cancel(session: AsyncSession, execution_id: str, reason: str) -> Execu
     )
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         return None  # it moved meanwhile (finished, or cancelled by another request)
+    await subflows.wake_parents(session, [(execution_id, ExecutionStatus.CANCELLED, None, reason)])
     await append_logs(
         session,
         [

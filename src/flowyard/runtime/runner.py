@@ -4,8 +4,9 @@ Semantics (docs/engine.md): nodes without incoming edges receive the trigger
 message; a node's function returns zero, one or many messages; each is offered
 to every outgoing edge, which passes it when its ``condition`` is truthy and
 hands the target the ``mapper``'s result (or the data unchanged). A node with
-several incoming edges runs once per arriving message. Messages are processed
-breadth-first, one at a time, so a run is deterministic.
+several incoming edges runs once per arriving message, but a ``join`` (SPEC §12), which holds
+what arrives until its set is complete (runtime/join.py) and then runs once on the set. Messages
+are processed breadth-first, one at a time, so a run is deterministic.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from flowyard.components.expressions import (
     compile_mapper,
 )
 from flowyard.components.registry import Component, ComponentFunction, Message, Registry
-from flowyard.components.retry import Park, RetryPolicy
+from flowyard.components.retry import CallFlow, Park, RetryPolicy
 from flowyard.jsonvalue import TooBig, TooDeep, depth_exceeds, size_over
 from flowyard.queue import continuation
 from flowyard.queue import steps as step_docs
 from flowyard.queue.records import Claimed, Outcome, StepRecord
+from flowyard.runtime.join import JoinSet
 
 if TYPE_CHECKING:
     import httpx
@@ -70,6 +72,7 @@ class CompiledEdge:
     condition: Expression | None
     mapper: Any
     on_failure: bool = False
+    slot: int = 0  # its position among the edges into its target (a join's edge order)
 
 
 @dataclass
@@ -84,6 +87,7 @@ class CompiledFlow:
     failure_edges: dict[str, list[CompiledEdge]] = field(default_factory=dict)  # "on": "failure"
     credentials: dict[str, dict[str, Any]] = field(default_factory=dict)
     loaded_at: float = field(default_factory=time.monotonic)
+    incoming: dict[str, int] = field(default_factory=dict)  # how many edges go into each node
 
     @property
     def credential_ids(self) -> list[str]:
@@ -131,6 +135,7 @@ class CompiledFlow:
         out_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
         failure_edges: dict[str, list[CompiledEdge]] = {n: [] for n in nodes}
         targets = set()
+        into: dict[str, int] = {}  # edges into each node so far
         for i, raw in enumerate(graph.get("edges", [])):
             src, dst = raw.get("source"), raw.get("target")
             if src not in nodes or dst not in nodes:
@@ -142,13 +147,37 @@ class CompiledFlow:
             except ExpressionError as exc:
                 raise FlowNotRunnable(f"edge {raw.get('id') or i}: {exc}") from None
             on_failure = raw.get("on") == "failure"
-            edge = CompiledEdge(raw.get("id") or f"{src}->{dst}", src, dst, cond, mapper, on_failure)
+            slot = into.get(dst, 0)
+            into[dst] = slot + 1
+            edge = CompiledEdge(raw.get("id") or f"{src}->{dst}", src, dst, cond, mapper, on_failure, slot)
             (failure_edges if on_failure else out_edges)[src].append(edge)
             targets.add(dst)
         roots = [n for n in nodes if n not in targets]
         if not roots:
             raise FlowNotRunnable("the graph has no node without incoming edges")
-        return cls(flow_id, version, tenant, owner_user, nodes, out_edges, roots, failure_edges=failure_edges)
+        for n in roots:
+            root = nodes[n].component
+            if root is not None and root.joins:  # refused on save; a stored flow may predate that
+                raise FlowNotRunnable(f"node {n}: a join needs incoming edges")
+        return cls(
+            flow_id,
+            version,
+            tenant,
+            owner_user,
+            nodes,
+            out_edges,
+            roots,
+            failure_edges=failure_edges,
+            incoming=into,
+        )
+
+    def join_set(self, node_id: str) -> JoinSet:
+        node = self.nodes[node_id]
+        return JoinSet(
+            edges=self.incoming.get(node_id, 0),
+            count=getattr(node.fields, "count", None),
+            timeout=float(getattr(node.fields, "timeout", 60.0)),
+        )
 
 
 @dataclass
@@ -316,11 +345,18 @@ async def run_execution(
     emitted = int(state.get("emitted") or 0)
     last_sink: Any = state.get("lastSink")
     pending: deque[_Pending] = deque()
+    # What each join node holds (SPEC §12, runtime/join.py), carried over by a continuation.
+    join_nodes = {n for n, c in flow.nodes.items() if c.component is not None and c.component.joins}
+    joins: dict[str, JoinSet] = {}
+    for nid, doc in (state.get("joins") or {}).items():
+        if nid in join_nodes:
+            joins[nid] = flow.join_set(nid)
+            joins[nid].restore(doc)
 
-    def offer(node: str, message: Message) -> None:
+    def offer(node: str, message: Message, slot: int | None = None) -> None:
         index = enqueued.get(node, 0)
         enqueued[node] = index + 1
-        pending.append(_Pending(node, message, 0, index, False))
+        pending.append(_Pending(node, message, 0, index, False, edge=slot if node in join_nodes else None))
 
     if execution.state:
         for p in continuation.pending_of(execution.state):
@@ -330,9 +366,17 @@ async def run_execution(
                 if index is None:  # a replay's entry: a new arrival at its node
                     index = enqueued.get(node, 0)
                     enqueued[node] = index + 1
+                edge = p.get("edge")
                 pending.append(
                     _Pending(
-                        node, p["message"], int(p.get("attempt") or 0), int(index), bool(p.get("resumed"))
+                        node,
+                        p["message"],
+                        int(p.get("attempt") or 0),
+                        int(index),
+                        bool(p.get("resumed")),
+                        edge=int(edge) if isinstance(edge, int) else None,
+                        call=p.get("call") if isinstance(p.get("call"), dict) else None,
+                        child=p.get("child") if isinstance(p.get("child"), dict) else None,
                     )
                 )
     else:
@@ -351,8 +395,41 @@ async def run_execution(
         "flow_id": flow.flow_id,
         "execution_id": execution.id,
     }
+    message: Message = {}
+
+    def expire_join(node_id: str) -> None:
+        """A join's open set ran out of time: the step fails, into its failure edges if any."""
+        nonlocal message
+        node, st = flow.nodes[node_id], stats[node_id]
+        text, partial = joins[node_id].expire()
+        st.summarised = False
+        st.runs += 1
+        st.attempts += 1
+        st.failed, st.error, st.finished_at = True, text, utcnow()
+        logs.append(_log(base_log, "error", f"step {node_id} ({_name(node)}) failed: {text}", node, None))
+        taken = _take_failure_edges(flow, node, partial, text, 1)
+        if taken is None:
+            message = partial
+            raise StepFailed(node_id, text, logged=True)
+        for edge, msg in taken:
+            offer(edge.target, msg, edge.slot)
+
     try:
-        while pending:
+        while True:
+            if not pending:
+                # Nothing left to deliver: a join still holding an incomplete set waits for it,
+                # parked (nothing more can come in this run), and fails once its time is over.
+                open_sets = {n: j.deadline for n, j in joins.items() if j.deadline is not None}
+                if not open_sets:
+                    break
+                now = utcnow()
+                due = [n for n, at in open_sets.items() if at <= now]
+                if not due:
+                    park_at = min(open_sets.values())
+                    break
+                for n in due:
+                    expire_join(n)
+                continue
             item = pending.popleft()
             node_id, message = item.node, item.message
             node = flow.nodes[node_id]
@@ -365,7 +442,20 @@ async def run_execution(
             if deadline is not None and time.monotonic() >= deadline:
                 st.finished_at = st.finished_at or utcnow()
                 raise LimitExceeded(node_id, limit_message("wall", settings))
-            if item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
+            if item.edge is not None and node_id in join_nodes:
+                # An arrival at a join: held until its set is complete, then the set runs.
+                js = joins.get(node_id) or joins.setdefault(node_id, flow.join_set(node_id))
+                now = utcnow()
+                if js.deadline is not None and js.deadline <= now:
+                    expire_join(node_id)  # the open set's time ran out before this came
+                st.messages_in += 1
+                assembled = js.arrive(item.edge, message, now)
+                st.finished_at = now
+                if assembled is None:
+                    continue
+                message = assembled
+                st.runs += 1
+            elif item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
                 st.runs += 1
                 st.messages_in += 1
             while True:  # the attempts at this message
@@ -408,6 +498,7 @@ async def run_execution(
                             attempt=attempt,
                             idempotency_key=f"{execution.id}:{node_id}:{item.index}",
                             resumed=item.resumed,
+                            child=item.child,
                         )
                         if node.awaits:
                             timeout = _step_timeout(settings, deadline)
@@ -442,18 +533,26 @@ async def run_execution(
                             data = {"truncated": True, "bytes": big, "limit": settings.max_result_bytes}
                         logs.append(_log(base_log, entry["level"], entry["message"], node, data))
                 if parked is not None:
-                    # A long wait: the execution parks, this message first when it goes on.
+                    # A long wait: the execution parks, this message first when it goes on. A
+                    # sub-flow call (SPEC §12) parks until its child finishes, or its timeout.
                     park_at = utcnow() + timedelta(seconds=parked.seconds)
                     if item.attempt == 0:
                         st.runs -= 1  # counted when it goes on
                         st.messages_in -= 1
-                    pending.appendleft(_Pending(node_id, message, item.attempt, item.index, True))
+                    call = None
+                    text = f"step {node_id} waits {parked.seconds:g} s: the execution is parked until "
+                    if isinstance(parked, CallFlow):
+                        call = {"flowId": parked.flow_id, "timeout": parked.seconds}
+                        text = (
+                            f"step {node_id} runs flow {parked.flow_id}: the execution is parked until "
+                            "it ends, at most until "
+                        )
+                    pending.appendleft(_Pending(node_id, message, item.attempt, item.index, True, call=call))
                     logs.append(
                         _log(
                             base_log,
                             "info",
-                            f"step {node_id} waits {parked.seconds:g} s: the execution is parked until "
-                            f"{isoformat(park_at)}",
+                            text + isoformat(park_at),
                             node,
                             {"resumeAt": isoformat(park_at)},
                         )
@@ -509,8 +608,8 @@ async def run_execution(
                 taken = _take_failure_edges(flow, node, message, failure.message, attempt)
                 if taken is None:
                     raise StepFailed(node_id, failure.message, logged=True)
-                for target, msg in taken:
-                    offer(target, msg)
+                for edge, msg in taken:
+                    offer(edge.target, msg, edge.slot)
                 out = []
                 break
             if park_at is not None:
@@ -536,7 +635,7 @@ async def run_execution(
                                 raise StepFailed(node_id, f"mapper of edge {edge.id} yielded nothing")
                     except ExpressionError as exc:
                         raise StepFailed(node_id, f"edge {edge.id}: {exc}") from None
-                    offer(edge.target, {"data": data, "metadata": msg["metadata"]})
+                    offer(edge.target, {"data": data, "metadata": msg["metadata"]}, edge.slot)
     except StepFailed as exc:
         error = exc
         st = stats[exc.node_id]
@@ -560,7 +659,9 @@ async def run_execution(
         node = flow.nodes[node_id]
         cid = node.component.id if node.component else None
         status = "failed" if st.failed else "succeeded"
-        if waiting and pending and pending[0].node == node_id:
+        if waiting and (
+            (pending and pending[0].node == node_id) or (node_id in joins and joins[node_id].arrivals)
+        ):
             status = "waiting"
         steps.append(
             StepRecord(
@@ -614,9 +715,12 @@ async def run_execution(
                     "attempt": p.attempt,
                     "index": p.index,
                     "resumed": p.resumed,
+                    **({"edge": p.edge} if p.edge is not None else {}),
+                    **({"call": p.call} if p.call is not None else {}),
                 }
                 for p in pending
             ],
+            "joins": {n: j.document() for n, j in joins.items() if j.arrivals},
             "steps": step_docs.document(steps),
             "enqueued": enqueued,
             "emitted": emitted,
@@ -663,6 +767,9 @@ class _Pending:
     attempt: int
     index: int
     resumed: bool
+    edge: int | None = None  # at a join: the position of the edge it came by (its edge order)
+    call: dict[str, Any] | None = None  # a parked sub-flow call: {"flowId", "timeout"}
+    child: dict[str, Any] | None = None  # ... and its child's outcome, written by the queue
 
 
 # At most this many attempt errors are kept on a step (the last ones); attempts counts all.
@@ -698,7 +805,7 @@ def _check_output(
 
 def _take_failure_edges(
     flow: CompiledFlow, node: CompiledNode, message: Message, error: str, attempts: int
-) -> list[tuple[str, Message]] | None:
+) -> list[tuple[CompiledEdge, Message]] | None:
     """The messages a step that failed after its last attempt hands to its failure edges
     (SPEC §11), or None when none is taken (no failure edge, or none whose condition holds):
     then the execution fails."""
@@ -714,7 +821,7 @@ def _take_failure_edges(
         },
         "input": message["data"],
     }
-    taken: list[tuple[str, Message]] = []
+    taken: list[tuple[CompiledEdge, Message]] = []
     for edge in edges:
         out = data
         try:
@@ -726,7 +833,7 @@ def _take_failure_edges(
                     raise StepFailed(node.id, f"mapper of edge {edge.id} yielded nothing", logged=True)
         except ExpressionError as exc:
             raise StepFailed(node.id, f"edge {edge.id}: {exc}", logged=True) from None
-        taken.append((edge.target, {"data": out, "metadata": message["metadata"]}))
+        taken.append((edge, {"data": out, "metadata": message["metadata"]}))
     return taken or None
 
 

@@ -371,7 +371,17 @@ class Worker:
     async def _record(self, batch: Sequence[queue.Outcome], settled: set[int], *, count: bool = True) -> None:
         """Record ``batch`` in one transaction; then what follows its commit."""
         async with self.db.write(durable=False) as session:
-            held = await queue.complete(session, batch, worker_id=self.id, count=count)
+            started: list[str] = []
+            woken: list[str] = []
+            held = await queue.complete(
+                session,
+                batch,
+                worker_id=self.id,
+                count=count,
+                max_flow_depth=self.settings.flow_max_depth,
+                started=started,
+                woken=woken,
+            )
             # Sent with the commit: API processes answer their ?wait= requests from it. A parked
             # execution has not finished: nobody is told.
             messages = finished_messages(
@@ -379,8 +389,14 @@ class Worker:
                 for o in batch
                 if o.execution_id in held and o.status != ExecutionStatus.WAITING
             )
+            if started:  # sub-flows' children (SPEC §12): every engine may claim them
+                messages.append(WORK)
             await self.notifier.stage(session, messages)
         settled.update(id(o) for o in batch)
+        if woken:  # their children finished: the parents are due now
+            self._due_at(time.time())
+        if started:
+            self.wake()
         lost = [o.execution_id for o in batch if o.execution_id not in held]
         if lost:
             log.warning(
