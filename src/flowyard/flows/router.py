@@ -14,7 +14,6 @@ from flowyard.errors import FlowyardError, InvalidInput, UnsupportedMediaType, e
 from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowDocument, FlowStatusChange, FlowVersion, FlowVersionSummary
 from flowyard.flows.status import FlowStatus
-from flowyard.iam import permissions as perms
 from flowyard.iam.deps import Caller
 
 router = APIRouter(tags=["flows"])
@@ -50,7 +49,7 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
     registry = request.app.state.registry
     seal = request.app.state.secret_box.seal  # a webhookSecret is stored sealed
     if isinstance(body, list):
-        caller.require(perms.FLOWS_CREATE)
+        service.require_create(caller)
         if len(body) > 1000:
             raise InvalidInput("At most 1000 flows can be created at once.")
         results: list[Any] = []
@@ -92,7 +91,6 @@ async def create_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
     "here, a credentials_name with no usable secret of that name); nothing is stored then.",
 )
 async def import_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
-    caller.require(perms.FLOWS_CREATE)
     if not is_json_content_type(request.headers.get("content-type")):
         raise UnsupportedMediaType()
     raw = await request.body()
@@ -109,7 +107,6 @@ async def import_flow(request: Request, db: DB, caller: Caller) -> JSONOut:
 )
 async def export_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_READ)
     async with db.read() as session:
         return single(await service.export_flow(session, caller, id))
 
@@ -156,7 +153,6 @@ async def list_flows(
     ] = None,
     _search: Search = None,
 ) -> JSONOut:
-    caller.require(perms.FLOWS_READ)
     lq = parse_list_query(request, filters=service.FLOW_FILTERS, sorts=service.FLOW_SORTS, searchable=True)
     async with db.read() as session:
         flows, total = await service.list_flows(session, caller, lq)
@@ -168,7 +164,6 @@ async def list_flows(
 )
 async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_READ)
     return single(await service.read_flow(db, caller, id))
 
 
@@ -181,7 +176,6 @@ async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
 )
 async def patch_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_UPDATE)
     body = await read_json(request)
     async with db.write() as session:
         flow = await service.update_flow(
@@ -198,7 +192,6 @@ async def patch_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JS
 )
 async def delete_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_DELETE)
     async with db.write() as session:
         await service.delete_flow(session, caller, id)
     return JSONOut({})
@@ -212,7 +205,6 @@ def _moving(
 
     async def endpoint(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
         service.check_id(id)
-        caller.require(perms.FLOWS_UPDATE)
         async with db.write() as session:
             await service.transition(
                 session, caller, id, expected=expected, target=target, registry=request.app.state.registry
@@ -258,7 +250,6 @@ async def list_versions(
     id: FlowId, request: Request, db: DB, caller: Caller, _size: PageSize = None, _number: PageNumber = None
 ) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_READ)
     lq = parse_list_query(request)
     async with db.read() as session:
         rows, total = await service.list_versions(session, caller, id, limit=lq.size, offset=lq.offset)
@@ -273,7 +264,6 @@ async def list_versions(
 )
 async def get_version(id: FlowId, number: VersionNumber, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_READ)
     n = _number(number)
     async with db.read() as session:
         return single(await service.read_version(session, caller, id, n))
@@ -289,7 +279,6 @@ async def restore_version(
     id: FlowId, number: VersionNumber, request: Request, db: DB, caller: Caller
 ) -> JSONOut:
     service.check_id(id)
-    caller.require(perms.FLOWS_UPDATE)
     n = _number(number)
     async with db.write() as session:
         flow = await service.restore_version(session, caller, id, n, request.app.state.registry)

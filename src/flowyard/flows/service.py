@@ -178,6 +178,7 @@ _READ_ONE = Fetch(
 
 async def read_flow(db: Database, principal: Principal, flow_id: str) -> dict[str, Any]:
     """One flow as the API shows it; 404 when it does not exist or the caller may not see it."""
+    principal.require(perms.FLOWS_READ)
     check_id(flow_id)
     flow = await _READ_ONE.first(db, flow_id=flow_id)
     if flow is None or not is_visible(principal, flow):
@@ -188,6 +189,7 @@ async def read_flow(db: Database, principal: Principal, flow_id: str) -> dict[st
 async def list_flows(
     session: AsyncSession, principal: Principal, lq: ListQuery
 ) -> tuple[Sequence[Flow], int]:
+    principal.require(perms.FLOWS_READ)
     visible = visible_clause(principal)
     where: list[sa.ColumnElement[bool]] = [visible]
     problems = []
@@ -557,6 +559,11 @@ async def _write_owners(
             sa.insert(FlowOwner),
             [{"flow_id": flow_id, "owner_type": o["type"], "owner_id": o["id"]} for o in owners],
         )
+
+
+def require_create(principal: Principal) -> None:
+    """Creating flows (one, or a batch before its items are looked at) needs this."""
+    principal.require(perms.FLOWS_CREATE)
 
 
 def prepare_new_flow(principal: Principal, body: Any, registry: Registry, seal: Sealer | None = None) -> Flow:
