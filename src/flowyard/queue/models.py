@@ -62,9 +62,15 @@ class Execution(Base):
         sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
         sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
         sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
-        # The executions of deleted flows in a caller's scope, from the index alone.
-        sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
-        sa.Index("ix_executions_flow_status", "flow_id", "status"),
+        # Lists (executions/service.py): each filter's rows newest first from one index range.
+        # A non-admin's page comes from the tenant and the user owner recorded on the
+        # execution; ``flow_id`` rides along so the flow's visibility (a probe of
+        # ``flow_owners``) is checked from the index alone, never from the wide row.
+        sa.Index("ix_executions_flow_status_id", "flow_id", "status", "id"),
+        sa.Index("ix_executions_tenant_id", "tenant", "id", "flow_id"),
+        sa.Index("ix_executions_tenant_status_id", "tenant", "status", "id", "flow_id"),
+        sa.Index("ix_executions_owner_id", "owner_user", "id", "tenant", "flow_id"),
+        sa.Index("ix_executions_owner_status_id", "owner_user", "status", "id", "tenant", "flow_id"),
         # The resumer: due waiting executions from a partial index over the waiting rows only.
         sa.Index(
             "ix_executions_waiting_due",
