@@ -19,15 +19,19 @@ LONER = "a" * 24
 FLOW = "f" * 24
 NEW = {
     "executions": {
+        "ix_executions_flow_id",
         "ix_executions_flow_status_id",
         "ix_executions_tenant_id",
         "ix_executions_tenant_status_id",
         "ix_executions_owner_id",
         "ix_executions_owner_status_id",
     },
-    "logs": {"ix_logs_tenantless_user_id"},
+    "logs": {"ix_logs_tenant_step_id", "ix_logs_tenantless_user_id"},
 }
-GONE = {"executions": {"ix_executions_scope", "ix_executions_flow_status"}, "logs": set()}
+GONE = {
+    "executions": {"ix_executions_scope", "ix_executions_flow_status", "ix_executions_flow_id_id"},
+    "logs": set(),
+}
 
 
 def _fill(url: str) -> None:

@@ -211,7 +211,7 @@ Row = TypeVar("Row")
 
 # The lists over the history (executions, logs) count ``meta.total`` up to this many rows past
 # the start of the page, never the whole history (docs/api.md "Totals of the history lists").
-TOTAL_BOUND = 10_000
+TOTAL_BOUND = 1_000
 
 
 @dataclass(frozen=True)

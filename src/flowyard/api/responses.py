@@ -41,7 +41,7 @@ class Page(BaseModel, Generic[T]):
 
 class HistoryPageMeta(PageMeta):
     total: int = Field(
-        description="How many match, counted up to 10,000 past the start of the page (docs/api.md "
+        description="How many match, counted up to 1,000 past the start of the page (docs/api.md "
         '"Totals of the history lists"): exact when `totalExact` is true, else a lower bound.'
     )
     totalExact: bool = Field(
@@ -57,10 +57,10 @@ class HistoryPage(BaseModel, Generic[T]):
     meta: HistoryPageMeta
 
     @classmethod
-    def model_parametrized_name(cls, params: tuple[type[Any], ...]) -> str:
+    def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
         # The schema keeps the name it had as Page[X] (PageExecutionOut, PageLogEntryOut in
         # generated clients); only its meta gained ``totalExact``.
-        return f"Page[{params[0].__name__}]"
+        return f"Page[{getattr(params[0], '__name__', params[0])}]"
 
 
 def single(data: Any, status_code: int = 200) -> JSONOut:

@@ -9,9 +9,12 @@ of a deleted flow leave those lists with the flow's owners. Each filter
 - ``(tenant, id, flow_id)``, ``(tenant, status, id, flow_id)`` for a tenant's members;
 - ``(owner_user, id, tenant, flow_id)``, ``(owner_user, status, id, tenant, flow_id)`` for the
   user owner (a tenantless user, or a member who owns a flow of no or another tenant);
-- ``(flow_id, status, id)`` replaces ``(flow_id, status)`` (it serves the same lookups);
+- ``(flow_id, id, tenant, owner_user)`` replaces ``(flow_id, id)`` and
+  ``(flow_id, status, id, tenant, owner_user)`` replaces ``(flow_id, status)`` (they serve the
+  same lookups, and a member's ``filter[flowId]`` from the index alone);
 - ``ix_executions_scope`` (the per-row search for executions of deleted flows) goes;
-- logs: ``(user_id, id) WHERE tenant IS NULL`` for a tenantless caller's logs.
+- logs: ``(tenant, step_id, id)`` for ``filter[stepId]``, and
+  ``(user_id, id) WHERE tenant IS NULL`` for a tenantless caller's logs.
 
 Plain CREATE/DROP INDEX (no batch copy on SQLite: a table copy would drop the search triggers
 of migration 0008).
@@ -33,20 +36,27 @@ branch_labels = None
 depends_on = None
 
 _EXECUTIONS = [
-    ("ix_executions_flow_status_id", ["flow_id", "status", "id"]),
+    ("ix_executions_flow_id", ["flow_id", "id", "tenant", "owner_user"]),
+    ("ix_executions_flow_status_id", ["flow_id", "status", "id", "tenant", "owner_user"]),
     ("ix_executions_tenant_id", ["tenant", "id", "flow_id"]),
     ("ix_executions_tenant_status_id", ["tenant", "status", "id", "flow_id"]),
     ("ix_executions_owner_id", ["owner_user", "id", "tenant", "flow_id"]),
     ("ix_executions_owner_status_id", ["owner_user", "status", "id", "tenant", "flow_id"]),
 ]
+_REPLACED = {
+    "ix_executions_flow_id_id": ["flow_id", "id"],
+    "ix_executions_flow_status": ["flow_id", "status"],
+    "ix_executions_scope": ["tenant", "owner_user", "flow_id", "id"],
+}
 _TENANTLESS = sa.text("tenant IS NULL")
 
 
 def upgrade() -> None:
     for name, columns in _EXECUTIONS:
         op.create_index(name, "executions", columns, unique=False)
-    op.drop_index("ix_executions_flow_status", table_name="executions")
-    op.drop_index("ix_executions_scope", table_name="executions")
+    for name in _REPLACED:
+        op.drop_index(name, table_name="executions")
+    op.create_index("ix_logs_tenant_step_id", "logs", ["tenant", "step_id", "id"], unique=False)
     op.create_index(
         "ix_logs_tenantless_user_id",
         "logs",
@@ -59,9 +69,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_logs_tenantless_user_id", table_name="logs")
-    op.create_index(
-        "ix_executions_scope", "executions", ["tenant", "owner_user", "flow_id", "id"], unique=False
-    )
-    op.create_index("ix_executions_flow_status", "executions", ["flow_id", "status"], unique=False)
+    op.drop_index("ix_logs_tenant_step_id", table_name="logs")
+    for name, columns in _REPLACED.items():
+        op.create_index(name, "executions", columns, unique=False)
     for name, _columns in reversed(_EXECUTIONS):
         op.drop_index(name, table_name="executions")
