@@ -272,3 +272,42 @@ async def test_logs_rules_for_every_kind_of_caller(
     slim = await narrowed(c, admin, UNRELATED)
     assert await logs(slim, admin.id) == (200, {flows[admin.id]})
     assert (await logs(slim, tenant))[0] == 403
+
+
+async def test_recorded_scope_never_widens_visibility(
+    client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
+) -> None:
+    """Lists read the tenant and user owner recorded on an execution (issue 19), always checked
+    against the flow's owners now: a flow moved to another tenant, or a user owner removed,
+    takes the old executions out of the old owners' lists and reads, though their recorded
+    columns still name them."""
+    tenant_a, tenant_b = await factory.tenant(), await factory.tenant()
+    alice = await factory.user(tenant=tenant_a)
+    bob = await factory.user(tenant=tenant_b)
+    loner = await factory.user()
+    moved = await new_flow(client, alice)
+    eid = await run(client, db, alice, moved)
+    lone = await new_flow(client, loner)
+    lone_eid = await run(client, db, loner, lone)
+    # The administrator moves the flow to tenant B and gives the tenantless flow to itself.
+    for fid, body in (
+        (moved, {"tenant": tenant_b, "owners": [{"id": bob.id, "type": "user"}]}),
+        (lone, {"owners": [{"id": admin.id, "type": "user"}]}),
+    ):
+        await set_flow(db, fid, status="inactive")
+        r = await client.patch(f"/flows/{fid}", json=body, headers=admin.headers)
+        assert r.status_code == 200, r.text
+        assert {"id": alice.id, "type": "user"} not in r.json()["data"]["owners"]
+    for who, gone, fid in ((alice, eid, moved), (loner, lone_eid, lone)):
+        assert (await client.get(f"/flows/{fid}", headers=who.headers)).status_code == 404
+        assert await listed(client, who.headers) == []
+        for params in ({"filter[flowId]": fid}, {"filter[status]": "queued"}):
+            assert await listed(client, who.headers, **params) == []
+        assert (await client.get(f"/executions/{gone}", headers=who.headers)).status_code == 404
+        r = await client.get("/executions", headers=who.headers)
+        assert r.json()["meta"]["total"] == 0
+    # Bob sees the flow now, and its new runs; the runs recorded on tenant A stay out of his
+    # lists (docs/api.md: lists read the recorded tenant), and administrators see all.
+    new = await run(client, db, admin, moved)
+    assert await listed(client, bob.headers) == [new]
+    assert sorted(await listed(client, admin.headers)) == sorted([eid, lone_eid, new])
