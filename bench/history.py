@@ -161,6 +161,15 @@ def _fmt(times: list[float]) -> str:
     return f"p50 {statistics.median(times):7.2f} ms, p99 {p99:7.2f} ms"
 
 
+async def _plan(db: Database, capture: Capture, statement: str, parameters: Any) -> list[str]:
+    """EXPLAIN QUERY PLAN (SQLite) or EXPLAIN (PostgreSQL) of a captured statement."""
+    if db.is_sqlite:
+        lines, _ms = await capture.explain(statement, parameters, repeat=1)
+        return lines
+    async with db.engine.connect() as conn:
+        return [str(r[0]) for r in (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()]
+
+
 async def measure(db: Database, args: argparse.Namespace, people: Any, flows: list[dict[str, Any]]) -> None:
     member = people.principal(people.users[0][0], people.tenants[0])
     admin = Principal(people.admin_id, "bench", None, frozenset({"all"}), "")
@@ -187,7 +196,7 @@ async def measure(db: Database, args: argparse.Namespace, people: Any, flows: li
                     ("logs", {"tenant": people.tenants[0], **filters}, errors),
                 )
             )
-    capture = Capture(db) if db.is_sqlite else None
+    capture = Capture(db)
     for name, principal, what in lists:
         for number in (1, 500):
             lq = ListQuery(page=number, size=10, filters=what[1])
@@ -209,11 +218,12 @@ async def measure(db: Database, args: argparse.Namespace, people: Any, flows: li
                     result = await call(session)
                     times.append((time.perf_counter() - started) * 1000)
             print(f"{name:48} page {number:3}: {_fmt(times)}  total {result[1]} exact {result[2]}")
-            if capture is not None and number == 500:
+            if number == 500:
                 for statement, parameters in await capture.run(call):
-                    lines, _ms = await capture.explain(statement, parameters, repeat=1)
                     print("    " + one_line(statement)[:160])
-                    print("\n".join("      " + line for line in lines))
+                    print(
+                        "\n".join("      " + line for line in await _plan(db, capture, statement, parameters))
+                    )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -227,9 +237,11 @@ async def main(args: argparse.Namespace) -> None:
     try:
         started = time.perf_counter()
         people, flows = await fill(db, args)
-        async with db.engine.connect() as conn:
-            await conn.execute(sa.text("ANALYZE"))
-            await conn.commit()
+        # Statistics, and on PostgreSQL the visibility map that autovacuum keeps in steady
+        # state (without it no index-only scan is planned on freshly written rows).
+        autocommit = db.engine.execution_options(isolation_level="AUTOCOMMIT")
+        async with autocommit.connect() as conn:
+            await conn.execute(sa.text("ANALYZE" if db.is_sqlite else "VACUUM ANALYZE"))
         print(
             f"{args.executions} executions ({args.flows} flows, {args.tenants} tenants, {args.days} days) "
             f"filled in {time.perf_counter() - started:.0f} s; {db.engine.dialect.name}"

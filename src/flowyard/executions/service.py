@@ -73,7 +73,7 @@ def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
     """
     if principal.is_admin:
         return [sa.true()]
-    owned = flows.owned_clause(principal, Execution.flow_id)
+    owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
     return [sa.and_(part, owned) for part in _recorded_parts(principal)]
 
 

@@ -102,11 +102,17 @@ def _visible_count(principal: Principal) -> sa.Select[tuple[int]]:
     return sa.select(total)
 
 
-def owned_clause(principal: Principal, flow_id: Any) -> sa.ColumnElement[bool]:
-    """``flow_id`` is visible to a non-admin caller: a primary-key probe of ``flow_owners``
-    (executions/service.py checks its rows' flows with it too)."""
+def owned_clause(principal: Principal, flow_id: Any, *, per_row: bool = False) -> sa.ColumnElement[bool]:
+    """``flow_id`` is visible to a non-admin caller: a primary-key probe of ``flow_owners``.
+
+    ``per_row``: the probe as a scalar subquery (``LIMIT 1``), which PostgreSQL keeps as a
+    check of each row instead of turning it into a join over every visible flow and a sort
+    of their rows; for rows read in index order until a page is full (executions/service.py)."""
     o = FlowOwner.__table__.alias("owned")
     keys = [sa.and_(o.c.owner_type == t, o.c.owner_id == i) for t, i in principal.owner_keys()]
+    if per_row:
+        probe = sa.select(sa.literal(1)).where(o.c.flow_id == flow_id, sa.or_(*keys)).limit(1)
+        return probe.scalar_subquery().is_not(None)
     return sa.exists().where(o.c.flow_id == flow_id, sa.or_(*keys))
 
 
