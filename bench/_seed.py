@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.components.registry import Registry
 from flowyard.db.session import Database
+from flowyard.flows import history
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow, FlowOwner
 from flowyard.iam import permissions as perms
@@ -150,6 +151,7 @@ async def load_flows(
     created = sorted(start + timedelta(seconds=rng.uniform(0, span_days * 86400)) for _ in range(count))
     out: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
+    pending_flows: list[Flow] = []
     for i in range(count):
         principal, _tid = owners[rng.randrange(len(owners))]
         flow = flows.prepare_new_flow(principal, body_for(i, rng), registry)
@@ -159,12 +161,15 @@ async def load_flows(
         flow.updated_at = made + timedelta(seconds=rng.uniform(0, (now - made).total_seconds()))
         flow.status = status_for(rng)
         flow.status_changed_at = flow.updated_at
+        flow.history_version = 1  # as flows.service.insert_flows does, with its version 1 below
         pending.append(flow_row(flow))
+        pending_flows.append(flow)
         if len(pending) >= batch or i == count - 1:
             async with db.write() as session:
                 await insert_flow_rows(session, pending)
+                await history.record_first(session, pending_flows)
             out.extend(pending)
-            pending = []
+            pending, pending_flows = [], []
             if progress:
                 progress(len(out))
     return out

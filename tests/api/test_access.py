@@ -136,8 +136,9 @@ async def test_executions_follow_flow_visibility_not_the_tenant_column(
 async def test_executions_of_a_deleted_flow(
     client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
 ) -> None:
-    """History outlives the flow: visible to admins and to the tenant and user owner recorded on
-    the execution; still invisible to everyone else."""
+    """A deleted flow's executions leave everyone's lists but the administrators' (issue 19:
+    they go with the flow's owners, no per-row search for deleted flows); its counts and logs
+    stay. Nobody else gains anything."""
     tenant_a, tenant_b = await factory.tenant(), await factory.tenant()
     alice = await factory.user(tenant=tenant_a)
     anna = await factory.user(tenant=tenant_a)
@@ -148,31 +149,25 @@ async def test_executions_of_a_deleted_flow(
     eid = await run(client, db, alice, fid)
     lone_fid = await new_flow(client, loner)
     lone_eid = await run(client, db, loner, lone_fid)
+    live = await run(client, db, alice, await new_flow(client, alice))
     for flow_id, who in ((fid, alice), (lone_fid, loner)):
         await set_flow(db, flow_id, status="inactive")
         assert (await client.delete(f"/flows/{flow_id}", headers=who.headers)).status_code == 200
-    for who, sees in ((alice, [eid]), (anna, [eid]), (loner, [lone_eid]), (admin, [lone_eid, eid])):
+    for who, sees in ((alice, [live]), (anna, [live]), (loner, []), (admin, [live, lone_eid, eid])):
         assert sorted(await listed(client, who.headers)) == sorted(sees), who
-    for who in (bob, stranger):
-        assert await listed(client, who.headers) == []
+        r = await client.get("/executions", headers=who.headers)
+        assert r.json()["meta"]["total"] == len(sees) and r.json()["meta"]["totalExact"] is True
+    for who in (alice, anna, loner, bob, stranger):
+        assert await listed(client, who.headers, **{"filter[flowId]": fid}) == []
         for e in (eid, lone_eid):
             assert (await client.get(f"/executions/{e}", headers=who.headers)).status_code == 404
-    assert (await client.get(f"/executions/{eid}", headers=anna.headers)).status_code == 200
-    # Live and deleted flows' executions together, paged as one list by id descending (newest
-    # first; ids made within one second are in random order).
-    live = await run(client, db, alice, await new_flow(client, alice))
-    pages = []
-    for number in (1, 2, 3):
-        r = await client.get(
-            "/executions", params={"page[size]": 1, "page[number]": number}, headers=anna.headers
-        )
-        assert r.json()["meta"]["total"] == 2, r.text
-        pages.append([e["id"] for e in r.json()["data"]])
-    first, second = sorted([live, eid], reverse=True)
-    assert pages == [[first], [second], []]
-    # The flow itself is gone: its sub-resource answers 404, the filtered list keeps the history.
+    for who in (bob, stranger):
+        assert await listed(client, who.headers) == []
+    # Administrators keep the history: listed, filtered by the gone flow, read by id.
+    assert await listed(client, admin.headers, **{"filter[flowId]": fid}) == [eid]
+    assert (await client.get(f"/executions/{eid}", headers=admin.headers)).status_code == 200
+    # The flow itself is gone: its sub-resource answers 404.
     assert (await client.get(f"/flows/{fid}/executions", headers=alice.headers)).status_code == 404
-    assert await listed(client, alice.headers, **{"filter[flowId]": fid}) == [eid]
 
 
 async def test_reading_executions_needs_flows_read(
@@ -277,3 +272,42 @@ async def test_logs_rules_for_every_kind_of_caller(
     slim = await narrowed(c, admin, UNRELATED)
     assert await logs(slim, admin.id) == (200, {flows[admin.id]})
     assert (await logs(slim, tenant))[0] == 403
+
+
+async def test_recorded_scope_never_widens_visibility(
+    client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
+) -> None:
+    """Lists read the tenant and user owner recorded on an execution (issue 19), always checked
+    against the flow's owners now: a flow moved to another tenant, or a user owner removed,
+    takes the old executions out of the old owners' lists and reads, though their recorded
+    columns still name them."""
+    tenant_a, tenant_b = await factory.tenant(), await factory.tenant()
+    alice = await factory.user(tenant=tenant_a)
+    bob = await factory.user(tenant=tenant_b)
+    loner = await factory.user()
+    moved = await new_flow(client, alice)
+    eid = await run(client, db, alice, moved)
+    lone = await new_flow(client, loner)
+    lone_eid = await run(client, db, loner, lone)
+    # The administrator moves the flow to tenant B and gives the tenantless flow to itself.
+    for fid, body in (
+        (moved, {"tenant": tenant_b, "owners": [{"id": bob.id, "type": "user"}]}),
+        (lone, {"owners": [{"id": admin.id, "type": "user"}]}),
+    ):
+        await set_flow(db, fid, status="inactive")
+        r = await client.patch(f"/flows/{fid}", json=body, headers=admin.headers)
+        assert r.status_code == 200, r.text
+        assert {"id": alice.id, "type": "user"} not in r.json()["data"]["owners"]
+    for who, gone, fid in ((alice, eid, moved), (loner, lone_eid, lone)):
+        assert (await client.get(f"/flows/{fid}", headers=who.headers)).status_code == 404
+        assert await listed(client, who.headers) == []
+        for params in ({"filter[flowId]": fid}, {"filter[status]": "queued"}):
+            assert await listed(client, who.headers, **params) == []
+        assert (await client.get(f"/executions/{gone}", headers=who.headers)).status_code == 404
+        r = await client.get("/executions", headers=who.headers)
+        assert r.json()["meta"]["total"] == 0
+    # Bob sees the flow now, and its new runs; the runs recorded on tenant A stay out of his
+    # lists (docs/api.md: lists read the recorded tenant), and administrators see all.
+    new = await run(client, db, admin, moved)
+    assert await listed(client, bob.headers) == [new]
+    assert sorted(await listed(client, admin.headers)) == sorted([eid, lone_eid, new])

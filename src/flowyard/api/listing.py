@@ -209,6 +209,42 @@ Search = Annotated[
 
 Row = TypeVar("Row")
 
+# The lists over the history (executions, logs) count ``meta.total`` up to this many rows past
+# the start of the page, never the whole history (docs/api.md "Totals of the history lists").
+TOTAL_BOUND = 1_000
+
+
+@dataclass(frozen=True)
+class Total:
+    """``meta.total`` of a history list: ``count``, whether it is ``exact``, and which of the
+    counted arms may hold rows (``used``: those that had some, or were not reached)."""
+
+    count: int
+    exact: bool
+    used: tuple[int, ...]
+
+
+async def bounded_total(session: AsyncSession, arms: Sequence[sa.Select[Any]], *, offset: int) -> Total:
+    """How many rows the disjoint ``arms`` select, counted up to ``offset + TOTAL_BOUND``:
+    exact when that is all of them, else ``offset + TOTAL_BOUND`` and not exact. Each arm is
+    read through ``LIMIT`` (from its index: the arms select indexed columns only), so the
+    cost is bounded however long the history."""
+    cap = offset + TOTAL_BOUND
+    counted = 0
+    used: list[int] = []
+    for i, arm in enumerate(arms):
+        if counted > cap:
+            used.append(i)
+            continue
+        limited = arm.limit(cap + 1 - counted).subquery()
+        n = await session.scalar(sa.select(sa.func.count()).select_from(limited)) or 0
+        counted += n
+        if n:
+            used.append(i)
+    if counted > cap:
+        return Total(cap, False, tuple(used))
+    return Total(counted, True, tuple(used))
+
 
 async def id_page(
     session: AsyncSession, model: type[Row], *where: Any, limit: int, offset: int

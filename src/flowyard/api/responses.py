@@ -39,12 +39,42 @@ class Page(BaseModel, Generic[T]):
     meta: PageMeta
 
 
+class HistoryPageMeta(PageMeta):
+    total: int = Field(
+        description="How many match, counted up to 1,000 past the start of the page (docs/api.md "
+        '"Totals of the history lists"): exact when `totalExact` is true, else a lower bound.'
+    )
+    totalExact: bool = Field(
+        description="false: more than `total` match (the count stopped at its bound); "
+        "`totalPages` then counts the pages known so far."
+    )
+
+
+class HistoryPage(BaseModel, Generic[T]):
+    """A page of a list over the history (executions, logs): its total is bounded."""
+
+    data: list[T]
+    meta: HistoryPageMeta
+
+    @classmethod
+    def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
+        # The schema keeps the name it had as Page[X] (PageExecutionOut, PageLogEntryOut in
+        # generated clients); only its meta gained ``totalExact``.
+        return f"Page[{getattr(params[0], '__name__', params[0])}]"
+
+
 def single(data: Any, status_code: int = 200) -> JSONOut:
     return JSONOut({"data": data, "meta": {}}, status_code=status_code)
 
 
 def page(data: list[Any], *, page: int, per_page: int, total: int) -> JSONOut:
     return JSONOut({"data": data, "meta": page_meta(page=page, per_page=per_page, total=total)})
+
+
+def history_page(data: list[Any], *, page: int, per_page: int, total: int, exact: bool) -> JSONOut:
+    """``page`` for the history lists: ``meta.totalExact`` says whether ``total`` is exact."""
+    meta: dict[str, Any] = {**page_meta(page=page, per_page=per_page, total=total), "totalExact": exact}
+    return JSONOut({"data": data, "meta": meta})
 
 
 def page_meta(*, page: int, per_page: int, total: int) -> dict[str, int]:

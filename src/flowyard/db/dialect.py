@@ -32,6 +32,18 @@ def joined_strings(session: AsyncSession, column: Any) -> Any:
     return sa.func.group_concat(column, sa.literal_column("','"), type_=sa.Text)
 
 
+def newest_of(session: AsyncSession, arms: Sequence[sa.Select[Any]], *, limit: int, offset: int) -> Any:
+    """A page (newest first) of the ``id`` column that the disjoint ``arms`` select, each arm
+    one index range already in ``id`` order. SQLite merges the ranges as they come
+    (``MERGE (UNION ALL)``, no sort); PostgreSQL does not merge a ``UNION ALL`` of joins, so
+    each arm stops at ``offset + limit`` rows and only those few are sorted."""
+    newest: sa.UnaryExpression[Any] = sa.desc(sa.literal_column("id"))
+    if dialect_name(session) == "postgresql":
+        deep = offset + limit
+        arms = [arm.order_by(newest).limit(deep).subquery().select() for arm in arms]
+    return sa.union_all(*arms).order_by(newest).limit(limit).offset(offset)
+
+
 @functools.cache
 def _upsert(
     dialect: str,

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query, Request
 from flowyard.api.deps import DB, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
-from flowyard.api.responses import JSONOut, Page, Single, page, single
+from flowyard.api.responses import HistoryPage, JSONOut, Single, history_page, single
 from flowyard.clock import utcnow
 from flowyard.errors import InvalidInput, Problem
 from flowyard.executions import replay, service
@@ -67,7 +67,7 @@ ExecutionStatus = Annotated[
 @router.get(
     "/flows/{id}/executions",
     tags=["executions"],
-    response_model=Page[ExecutionOut],
+    response_model=HistoryPage[ExecutionOut],
     responses=errors(400, 401, 403, 404),
     summary="List a flow's executions, newest first (tenant.flows.read)",
 )
@@ -82,14 +82,16 @@ async def list_flow_executions(
 ) -> JSONOut:
     lq = parse_list_query(request, filters=service.FLOW_EXECUTION_FILTERS)
     async with db.read() as session:
-        rows, total = await service.list_flow_executions(session, caller, id, lq)
-    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
+        rows, total, exact = await service.list_flow_executions(session, caller, id, lq)
+    return history_page(
+        [service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total, exact=exact
+    )
 
 
 @router.get(
     "/executions",
     tags=["executions"],
-    response_model=Page[ExecutionOut],
+    response_model=HistoryPage[ExecutionOut],
     responses=errors(400, 401, 403),
     summary="List executions of the flows the caller sees, newest first (tenant.flows.read)",
 )
@@ -107,8 +109,10 @@ async def list_executions(
 ) -> JSONOut:
     lq = parse_list_query(request, filters=service.EXECUTION_FILTERS)
     async with db.read() as session:
-        rows, total = await service.list_executions(session, caller, lq)
-    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
+        rows, total, exact = await service.list_executions(session, caller, lq)
+    return history_page(
+        [service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total, exact=exact
+    )
 
 
 @router.get(

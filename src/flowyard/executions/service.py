@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import undefer
 
 from flowyard import ids
-from flowyard.api.listing import ListQuery
+from flowyard.api.listing import ListQuery, bounded_total
 from flowyard.clock import isoformat, utcnow
 from flowyard.db import dialect
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
@@ -41,29 +41,40 @@ GROUPINGS = ("user", "flow", "component")
 
 
 # Who sees what (SPEC §2), decided here and nowhere else:
-# - executions (list, get): ``tenant.flows.read`` and ``visible_clause``, i.e. the flow
-#   visibility rule of flows/service.py; running by hand: ``tenant.flows.update`` and a
-#   visible flow (``run_manually``);
+# - executions (list, get): ``tenant.flows.read`` and ``visible_clause``: the executions of the
+#   flows the caller sees (the flow rule of flows/service.py), listed by the tenant and user
+#   owner recorded on each execution when it was created (docs/api.md "Executions"); running by
+#   hand: ``tenant.flows.update`` and a visible flow (``run_manually``);
 # - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause`` (iam/visibility.py).
+
+
+def _recorded_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
+    """A non-admin's executions by what was recorded on them at creation, as disjoint parts
+    that each read one index range in id order: its tenant's; then, outside that tenant, those
+    charged to it as their flow's user owner (a tenantless caller has the latter only)."""
+    mine: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
+    if not principal.tenant_id:
+        return [mine]
+    tenant = principal.tenant_id
+    elsewhere = sa.or_(Execution.tenant.is_(None), Execution.tenant != tenant)
+    return [Execution.tenant == tenant, sa.and_(mine, elsewhere)]
 
 
 def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
     """The executions the caller may see, as disjoint parts that each use an index:
 
-    - executions of existing flows the caller sees (the flow rule of flows/service.py);
-    - executions of deleted flows (their history stays) in the caller's counts-and-logs scope
-      (``tenant_data_clause``): the tenant recorded on the execution, or without a tenant
-      its recorded user owner.
+    - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``),
+    - and of a flow the caller sees now (``flows.owned_clause``: a probe of ``flow_owners``
+      from the ``flow_id`` the list indexes carry). A deleted flow has no owners left: its
+      executions leave the caller's lists with it (admins still see them; counts and logs
+      keep them).
 
     Admins see every execution.
     """
     if principal.is_admin:
         return [sa.true()]
-    flow_gone = ~sa.exists().where(Flow.id == Execution.flow_id)
-    return [
-        Execution.flow_id.in_(flows.visible_flow_ids(principal)),
-        sa.and_(tenant_data_clause(principal, Execution.tenant, Execution.owner_user), flow_gone),
-    ]
+    owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
+    return [sa.and_(part, owned) for part in _recorded_parts(principal)]
 
 
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
@@ -129,7 +140,9 @@ def steps_of(e: Execution) -> list[dict[str, Any]]:
 
 async def list_executions(
     session: AsyncSession, principal: Principal, lq: ListQuery
-) -> tuple[Sequence[Execution], int]:
+) -> tuple[Sequence[Execution], int, bool]:
+    """A page of the executions the caller sees, newest first, with ``meta.total`` and
+    whether it is exact (``listing.bounded_total``)."""
     principal.require(perms.FLOWS_READ)
     where: list[sa.ColumnElement[bool]] = []
     problems = []
@@ -147,31 +160,29 @@ async def list_executions(
         where.append(Execution.status == lq.filters["status"])
     if problems:
         raise InvalidInput(problems)
-    # Each part counted on its own: OR-ed together they defeat the indexes (PostgreSQL, 300k
-    # executions: ~350 ms instead of a few ms for a tenant's first page). A page drawn from one
-    # part (the usual case: no deleted flow in sight) is read in index order.
+    # Each part read on its own: OR-ed together they defeat the indexes. Every part is one
+    # index range in id order (models.Execution's list indexes); the total is counted up to
+    # a bound, and a page is read from the part that has rows (the usual case: a member's
+    # executions are its tenant's) or merged from both (dialect.newest_of).
     parts = [sa.and_(part, *where) for part in visible_parts(principal)]
-    counts = [
-        await session.scalar(sa.select(sa.func.count()).select_from(Execution).where(p)) or 0 for p in parts
-    ]
-    total = sum(counts)
-    if total == 0 or lq.offset >= total:
-        return [], total
-    used = [part for part, n in zip(parts, counts, strict=True) if n]
-    if len(used) == 1:
-        query = sa.select(Execution).where(used[0])
+    arms = [sa.select(Execution.id).where(part) for part in parts]
+    total = await bounded_total(session, arms, offset=lq.offset)
+    if not total.used or (total.exact and lq.offset >= total.count):
+        return [], total.count, total.exact
+    newest = Execution.id.desc()
+    used = [arms[i] for i in total.used]
+    if len(used) == 1:  # the usual case: one index range in id order
+        ids: Any = used[0].order_by(newest).limit(lq.size).offset(lq.offset)
     else:
-        ids = sa.union_all(*(sa.select(Execution.id.label("id")).where(part) for part in used)).subquery()
-        query = sa.select(Execution).where(Execution.id.in_(sa.select(ids.c.id)))
-    page_query = query.order_by(Execution.id.desc()).limit(lq.size).offset(lq.offset)
-    return (await session.scalars(page_query)).all(), total
+        ids = dialect.newest_of(session, used, limit=lq.size, offset=lq.offset)
+    page_query = sa.select(Execution).where(Execution.id.in_(ids.subquery().select())).order_by(newest)
+    return (await session.scalars(page_query)).all(), total.count, total.exact
 
 
 async def list_flow_executions(
     session: AsyncSession, principal: Principal, flow_id: str, lq: ListQuery
-) -> tuple[Sequence[Execution], int]:
-    """One existing flow's executions: 404 unless the flow exists and is visible (a deleted
-    flow's history is read with ``GET /executions?filter[flowId]=``)."""
+) -> tuple[Sequence[Execution], int, bool]:
+    """One existing flow's executions: 404 unless the flow exists and is visible."""
     principal.require(perms.FLOWS_READ)
     await flows.get_flow(session, principal, flow_id)
     return await list_executions(session, principal, replace(lq, filters={**lq.filters, "flowId": flow_id}))

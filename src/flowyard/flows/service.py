@@ -103,10 +103,17 @@ def _visible_count(principal: Principal) -> sa.Select[tuple[int]]:
     return sa.select(total)
 
 
-def _owned(principal: Principal, flow_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-    """``flow_id`` is visible to a non-admin caller: a primary-key probe of ``flow_owners``."""
+def owned_clause(principal: Principal, flow_id: Any, *, per_row: bool = False) -> sa.ColumnElement[bool]:
+    """``flow_id`` is visible to a non-admin caller: a primary-key probe of ``flow_owners``.
+
+    ``per_row``: the probe as a scalar subquery (``LIMIT 1``), which PostgreSQL keeps as a
+    check of each row instead of turning it into a join over every visible flow and a sort
+    of their rows; for rows read in index order until a page is full (executions/service.py)."""
     o = FlowOwner.__table__.alias("owned")
     keys = [sa.and_(o.c.owner_type == t, o.c.owner_id == i) for t, i in principal.owner_keys()]
+    if per_row:
+        probe = sa.select(sa.literal(1)).where(o.c.flow_id == flow_id, sa.or_(*keys)).limit(1)
+        return probe.scalar_subquery().is_not(None)
     return sa.exists().where(o.c.flow_id == flow_id, sa.or_(*keys))
 
 
@@ -253,7 +260,7 @@ async def list_flows(
         # The search index's ids, each checked against the visibility index by primary key.
         count = sa.select(sa.func.count()).select_from(found)
         if not principal.is_admin:
-            count = count.where(_owned(principal, found.c.id))
+            count = count.where(owned_clause(principal, found.c.id))
     else:
         count = sa.select(sa.func.count()).select_from(Flow).where(*where)
     total = await session.scalar(count) or 0
@@ -273,7 +280,7 @@ async def list_flows(
     if by_owners and not lq.sort and found is None:
         page_ids = _visible_id_page(principal, limit=lq.size, offset=lq.offset)
     elif by_owners and not lq.sort and found is not None:
-        page = sa.select(found.c.id).where(_owned(principal, found.c.id)).order_by(found.c.id)
+        page = sa.select(found.c.id).where(owned_clause(principal, found.c.id)).order_by(found.c.id)
         page_ids = page.limit(lq.size).offset(lq.offset)
     else:
         page_ids = sa.select(Flow.id).where(*where).order_by(*order).limit(lq.size).offset(lq.offset)

@@ -35,4 +35,13 @@ class LogEntry(Base):
         sa.Index("ix_logs_tenant_flow_id", "tenant", "flow_id", "id"),
         sa.Index("ix_logs_tenant_level_id", "tenant", "level", "id"),
         sa.Index("ix_logs_execution_id", "execution_id", "id"),
+        sa.Index("ix_logs_tenant_step_id", "tenant", "step_id", "id"),
+        # A tenantless caller's logs (its own flows', logs/service.py), newest first.
+        sa.Index(
+            "ix_logs_tenantless_user_id",
+            "user_id",
+            "id",
+            postgresql_where=sa.text("tenant IS NULL"),
+            sqlite_where=sa.text("tenant IS NULL"),
+        ),
     )

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from flowyard.api.deps import DB
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, parse_list_query
-from flowyard.api.responses import JSONOut, Page, page
+from flowyard.api.responses import HistoryPage, JSONOut, history_page
 from flowyard.errors import InvalidInput, Problem
 from flowyard.iam.deps import Caller
 from flowyard.ids import ID_PATTERN
@@ -23,7 +23,7 @@ _TIME = {"pattern": service.TIME_PATTERN}
 
 @router.get(
     "/logs",
-    response_model=Page[LogEntryOut],
+    response_model=HistoryPage[LogEntryOut],
     responses=errors(400, 401, 403),
     summary="Step logs, newest first",
 )
@@ -60,7 +60,9 @@ async def get_logs(
     if problems:
         raise InvalidInput(problems)
     async with db.read() as session:
-        rows, total = await service.query_logs(
+        rows, total, exact = await service.query_logs(
             session, caller, lq, errors_only=errors_only, since=since, until=until
         )
-    return page([service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total)
+    return history_page(
+        [service.to_dict(e) for e in rows], page=lq.page, per_page=lq.size, total=total, exact=exact
+    )

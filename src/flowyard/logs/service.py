@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from flowyard.api.listing import ListQuery
+from flowyard.api.listing import ListQuery, bounded_total
 from flowyard.clock import isoformat
 from flowyard.errors import Forbidden, InvalidInput, Problem
 from flowyard.iam.models import User
@@ -100,7 +100,7 @@ async def query_logs(
     errors_only: bool,
     since: datetime | None,
     until: datetime | None,
-) -> tuple[Sequence[LogEntry], int]:
+) -> tuple[Sequence[LogEntry], int, bool]:
     tenant = lq.filters.get("tenant")
     if not tenant:
         raise InvalidInput("filter[tenant] is required.", field="filter[tenant]")
@@ -121,10 +121,12 @@ async def query_logs(
         where.append(LogEntry.timestamp >= since)
     if until is not None:
         where.append(LogEntry.timestamp <= until)
-    total = await session.scalar(sa.select(sa.func.count()).select_from(LogEntry).where(*where)) or 0
-    rows = (
-        await session.scalars(
-            sa.select(LogEntry).where(*where).order_by(LogEntry.id.desc()).limit(lq.size).offset(lq.offset)
-        )
-    ).all()
-    return rows, total
+    total = await bounded_total(session, [sa.select(LogEntry.id).where(*where)], offset=lq.offset)
+    if not total.used or (total.exact and lq.offset >= total.count):
+        return [], total.count, total.exact
+    # The page's ids from the index (newest first), then only those rows.
+    ids = sa.select(LogEntry.id).where(*where).order_by(LogEntry.id.desc()).limit(lq.size).offset(lq.offset)
+    rows = await session.scalars(
+        sa.select(LogEntry).where(LogEntry.id.in_(ids.subquery().select())).order_by(LogEntry.id.desc())
+    )
+    return rows.all(), total.count, total.exact

@@ -61,10 +61,17 @@ class Execution(Base):
         # Fair claim: groups with queued work, their oldest rows, and what each runs.
         sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
         sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
-        sa.Index("ix_executions_flow_id_id", "flow_id", "id"),
-        # The executions of deleted flows in a caller's scope, from the index alone.
-        sa.Index("ix_executions_scope", "tenant", "owner_user", "flow_id", "id"),
-        sa.Index("ix_executions_flow_status", "flow_id", "status"),
+        # Lists (executions/service.py): each filter's rows newest first from one index range.
+        # A non-admin's page comes from the tenant and the user owner recorded on the
+        # execution; the trailing columns ride along so that the recorded scope and the
+        # flow's visibility (a probe of ``flow_owners``) are checked from the index alone,
+        # never from the wide row.
+        sa.Index("ix_executions_flow_id", "flow_id", "id", "tenant", "owner_user"),
+        sa.Index("ix_executions_flow_status_id", "flow_id", "status", "id", "tenant", "owner_user"),
+        sa.Index("ix_executions_tenant_id", "tenant", "id", "flow_id"),
+        sa.Index("ix_executions_tenant_status_id", "tenant", "status", "id", "flow_id"),
+        sa.Index("ix_executions_owner_id", "owner_user", "id", "tenant", "flow_id"),
+        sa.Index("ix_executions_owner_status_id", "owner_user", "status", "id", "tenant", "flow_id"),
         # The resumer: due waiting executions from a partial index over the waiting rows only.
         sa.Index(
             "ix_executions_waiting_due",

@@ -387,14 +387,17 @@ document.getElementById("signout").addEventListener("click", async () => {
 function pager(meta, onPage) {
   const page = meta.page || 1;
   const pages = meta.totalPages || 0;
+  // The history lists count up to a bound (docs/api.md "Totals of the history lists").
+  const more = meta.totalExact === false;
+  const where = more ? `Page ${page} of ${pages}+ · over ${meta.total}` : `Page ${page} of ${pages} · ${meta.total} in all`;
   return h(
     "nav",
     { class: "pager", "aria-label": "Pages" },
     h("button", { type: "button", class: "secondary small", disabled: page <= 1, onclick: () => onPage(page - 1) }, "Previous"),
-    h("span", {}, pages ? `Page ${page} of ${pages} · ${meta.total} in all` : "No results"),
+    h("span", {}, pages ? where : "No results"),
     h(
       "button",
-      { type: "button", class: "secondary small", disabled: page >= pages, onclick: () => onPage(page + 1) },
+      { type: "button", class: "secondary small", disabled: page >= pages && !more, onclick: () => onPage(page + 1) },
       "Next",
     ),
   );

@@ -1,0 +1,121 @@
+"""Migration 0019 (issue 19): on a database filled at 0018, the list indexes of executions and
+logs are built over the existing rows, the per-row scope index goes, the rows stay as they
+were, and a member's list reads the new index in id order; down to 0018 and up again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowyard.db import migrate
+from tests.migrations.test_migrations import _in_sync, empty_url
+
+__all__ = ["empty_url"]
+
+T1, T2 = "t" * 24, "u" * 24
+LONER = "a" * 24
+FLOW = "f" * 24
+NEW = {
+    "executions": {
+        "ix_executions_flow_id",
+        "ix_executions_flow_status_id",
+        "ix_executions_tenant_id",
+        "ix_executions_tenant_status_id",
+        "ix_executions_owner_id",
+        "ix_executions_owner_status_id",
+    },
+    "logs": {"ix_logs_tenant_step_id", "ix_logs_tenantless_user_id"},
+}
+GONE = {
+    "executions": {"ix_executions_scope", "ix_executions_flow_status", "ix_executions_flow_id_id"},
+    "logs": set(),
+}
+
+
+def _fill(url: str) -> None:
+    when = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    sqlite = url.startswith("sqlite")
+
+    def insert(conn: sa.Connection) -> None:
+        for i in range(30):
+            tenant = (T1, T2, None)[i % 3]
+            conn.execute(
+                sa.text(
+                    "INSERT INTO executions (id, flow_id, flow_version, history_version, tenant,"
+                    " owner_user, trigger, status, created_at, attempts)"
+                    " VALUES (:id, :f, 1, 1, :t, :u, 'manual', :s, :c, 0)"
+                ),
+                {
+                    "id": f"{i:024x}",
+                    "f": FLOW,
+                    "t": tenant,
+                    "u": LONER,
+                    "s": ("queued", "failed", "succeeded")[i % 3],
+                    "c": when.isoformat() if sqlite else when,
+                },
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO logs (timestamp, level, message, tenant, user_id, flow_id, execution_id)"
+                    " VALUES (:c, 'info', 'ran', :t, :u, :f, :e)"
+                ),
+                {
+                    "c": when.isoformat() if sqlite else when,
+                    "t": tenant,
+                    "u": LONER,
+                    "f": FLOW,
+                    "e": f"{i:024x}",
+                },
+            )
+        conn.commit()
+
+    _in_sync(url, insert)
+
+
+def _state(url: str) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
+    def read(conn: sa.Connection) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
+        inspector = sa.inspect(conn)
+        indexes = {t: {ix["name"] for ix in inspector.get_indexes(t)} for t in ("executions", "logs")}
+        executions = conn.execute(
+            sa.text("SELECT id, tenant, owner_user, status FROM executions ORDER BY id")
+        ).all()
+        logs = conn.execute(sa.text("SELECT id, tenant, user_id, execution_id FROM logs ORDER BY id")).all()
+        return indexes, list(executions), list(logs)
+
+    return _in_sync(url, read)  # type: ignore[no-any-return]
+
+
+def test_list_indexes_over_existing_rows(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0018")
+    _fill(empty_url)
+    before_indexes, executions, logs = _state(empty_url)
+    for table, names in NEW.items():
+        assert not names & before_indexes[table]
+        assert GONE[table] <= before_indexes[table]
+    migrate.upgrade(empty_url, "0019")
+    upgraded, executions_after, logs_after = _state(empty_url)
+    assert (executions_after, logs_after) == (executions, logs)
+    for table, names in NEW.items():
+        assert names <= upgraded[table]
+        assert not GONE[table] & upgraded[table]
+    if empty_url.startswith("sqlite"):
+
+        def plan(conn: sa.Connection) -> list[str]:
+            rows = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN SELECT id FROM executions WHERE tenant = ? AND status = ?"
+                " ORDER BY id DESC LIMIT 10",
+                (T1, "failed"),
+            ).all()
+            return [str(r[-1]) for r in rows]
+
+        lines = _in_sync(empty_url, plan)
+        assert any("ix_executions_tenant_status_id" in line for line in lines), lines
+        assert not any("TEMP B-TREE" in line for line in lines), lines
+    migrate.downgrade(empty_url, "0018")
+    indexes, executions_down, logs_down = _state(empty_url)
+    assert (executions_down, logs_down) == (executions, logs)
+    assert indexes == before_indexes
+    migrate.upgrade(empty_url, "0019")
+    assert _state(empty_url) == (upgraded, executions, logs)
