@@ -311,3 +311,40 @@ async def test_recorded_scope_never_widens_visibility(
     new = await run(client, db, admin, moved)
     assert await listed(client, bob.headers) == [new]
     assert sorted(await listed(client, admin.headers)) == sorted([eid, lone_eid, new])
+
+
+async def test_an_added_owner_sees_the_flows_executions(
+    client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
+) -> None:
+    """SPEC §2: the executions of the flows the caller sees. A flow of tenant A to which an
+    administrator added tenant B (or a tenantless user) as owner: B's members and that user list
+    and read its executions, though they are recorded on tenant A and its first user owner; a
+    member of a third tenant still sees nothing."""
+    tenant_a, tenant_b, tenant_c = await factory.tenant(), await factory.tenant(), await factory.tenant()
+    alice = await factory.user(tenant=tenant_a)
+    bob = await factory.user(tenant=tenant_b)
+    carol = await factory.user(tenant=tenant_c)
+    loner = await factory.user()
+    shared = await new_flow(client, alice)
+    before = await run(client, db, alice, shared)
+    await set_flow(db, shared, status="inactive")
+    owners = [
+        {"id": tenant_a, "type": "tenant"},
+        {"id": alice.id, "type": "user"},
+        {"id": tenant_b, "type": "tenant"},
+        {"id": loner.id, "type": "user"},
+    ]
+    r = await client.patch(f"/flows/{shared}", json={"owners": owners}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+    after = await run(client, db, alice, shared)
+    mine = await run(client, db, bob, await new_flow(client, bob))
+    assert await listed(client, bob.headers) == [mine, after, before]
+    assert await listed(client, bob.headers, **{"filter[flowId]": shared}) == [after, before]
+    assert await listed(client, loner.headers) == [after, before]
+    assert await listed(client, alice.headers) == [after, before]
+    for who in (bob, loner):
+        assert (await client.get(f"/executions/{before}", headers=who.headers)).status_code == 200
+        r = await client.get("/executions", headers=who.headers)
+        assert r.json()["meta"]["total"] == len(r.json()["data"])
+    assert await listed(client, carol.headers) == []
+    assert (await client.get(f"/executions/{before}", headers=carol.headers)).status_code == 404

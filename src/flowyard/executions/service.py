@@ -17,7 +17,7 @@ from flowyard.clock import isoformat, utcnow
 from flowyard.db import dialect
 from flowyard.errors import Conflict, InvalidInput, NotFound, Problem
 from flowyard.flows import service as flows
-from flowyard.flows.models import Flow
+from flowyard.flows.models import Flow, FlowOwner
 from flowyard.flows.status import FlowStatus
 from flowyard.iam import permissions as perms
 from flowyard.iam.models import User
@@ -60,21 +60,49 @@ def _recorded_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
     return [Execution.tenant == tenant, sa.and_(mine, elsewhere)]
 
 
+def _added_owner_flows(principal: Principal) -> sa.Select[str]:
+    """The flows the caller sees whose executions may be recorded on neither its tenant nor
+    itself: a flow of another tenant (or of none) that an administrator gave the caller (or its
+    tenant) as an added owner; for a tenantless caller, a flow with another user owner too. Few
+    by nature, so their executions are read through the ``flow_id`` index."""
+    other = FlowOwner.__table__.alias("other_owner")
+    if principal.tenant_id:
+        added: sa.ColumnElement[bool] = sa.or_(Flow.tenant.is_(None), Flow.tenant != principal.tenant_id)
+    else:
+        added = sa.or_(
+            Flow.tenant.is_not(None),
+            sa.exists().where(
+                other.c.flow_id == Flow.id,
+                other.c.owner_type == "user",
+                other.c.owner_id != principal.user_id,
+            ),
+        )
+    return sa.select(Flow.id).where(Flow.id.in_(flows.visible_flow_ids(principal)), added)
+
+
 def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
-    """The executions the caller may see, as disjoint parts that each use an index:
+    """The executions the caller may see (SPEC §2: the executions of the flows it sees), as
+    disjoint parts that each use an index:
 
     - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``),
-    - and of a flow the caller sees now (``flows.owned_clause``: a probe of ``flow_owners``
-      from the ``flow_id`` the list indexes carry). A deleted flow has no owners left: its
-      executions leave the caller's lists with it (admins still see them; counts and logs
-      keep them).
+      and of a flow the caller sees now (``flows.owned_clause``: a probe of ``flow_owners``
+      from the ``flow_id`` the list indexes carry);
+    - the rest of the executions of the flows the caller sees through an added owner
+      (``_added_owner_flows``), read by flow.
 
-    Admins see every execution.
+    A deleted flow has no owners left: its executions leave the caller's lists with it (admins
+    still see them; counts and logs keep them). Admins see every execution.
     """
     if principal.is_admin:
         return [sa.true()]
     owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
-    return [sa.and_(part, owned) for part in _recorded_parts(principal)]
+    recorded = _recorded_parts(principal)
+    parts = [sa.and_(part, owned) for part in recorded]
+    not_recorded = sa.not_(sa.or_(*recorded))
+    parts.append(
+        sa.and_(Execution.flow_id.in_(_added_owner_flows(principal)), sa.or_(not_recorded, sa.false()))
+    )
+    return parts
 
 
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
