@@ -1,0 +1,74 @@
+"""Connector client libraries are imported on first use (issue 19, docs/performance.md "Memory per
+process"): neither the API/engine process nor a runner loads them to start, to list the components
+with their fields' JSON schema, or to validate a flow's fields. Each check runs in a fresh
+interpreter, so what the test process itself imported does not count."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# Client libraries a process loads only when a step or trigger of that kind talks to its server.
+CONNECTOR_LIBRARIES = (
+    "aiomqtt",
+    "paho",
+    "aiormq",
+    "pamqp",
+    "redis",
+    "aiomysql",
+    "pymysql",
+    "asyncpg",
+    "aiosmtplib",
+    "croniter",
+    "dateutil",
+    "quickjs",
+)
+# ... and what a runner never needs at all: it has no database and no HTTP server.
+SERVER_LIBRARIES = ("sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "aiosqlite")
+
+REGISTRY = """
+from flowyard.components import builtins
+from flowyard.components.registry import Registry
+
+registry = Registry.load(builtins.ALL)
+assert not registry.failures, registry.failures
+ids = {c.id for c in registry.all()}
+assert {"amqp", "mqtt", "redis", "email", "sql", "code", "schedule"} <= ids, ids
+for component in registry.all():
+    component.fields_schema()  # what GET /components lists
+checks = {
+    "amqp": {"exchange": "orders", "routingKey": "{{ kind }}", "body": {"id": "id"}},
+    "mqtt": {"topic": "orders/{{ kind }}", "qos": 1},
+    "redis": {"key": "order:{{ id }}", "ttl": 60},
+    "email": {"to": "'a@example.com'", "subject": "'hi'", "text": "'body'"},
+}
+for cid, fields in checks.items():
+    assert registry.get(cid).validate_fields(fields) == [], (cid, registry.get(cid).validate_fields(fields))
+assert registry.get("mqtt").validate_fields({"topic": "a/#"}) != []
+"""
+
+REPORT = """
+import json, sys
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+def _loaded(code: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code + REGISTRY + REPORT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_api_and_engine_process_loads_no_connector_library() -> None:
+    loaded = _loaded("import flowyard.app, flowyard.enginehost, flowyard.cli\n")
+    assert loaded.isdisjoint(CONNECTOR_LIBRARIES), sorted(loaded & set(CONNECTOR_LIBRARIES))
+
+
+def test_a_runner_loads_no_connector_library_and_no_server_library() -> None:
+    # What runner_process.main() imports before it serves (the module and its start-up imports).
+    loaded = _loaded("import flowyard.runtime.runner_process, uvloop\nfrom flowyard.config import Settings\n")
+    unwanted = set(CONNECTOR_LIBRARIES) | set(SERVER_LIBRARIES)
+    assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)
