@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -17,7 +18,6 @@ from flowyard.clock import isoformat, utcnow
 from flowyard.components import builtins
 from flowyard.components.registry import Registry
 from flowyard.config import Settings
-from flowyard.db import migrate as migrations
 from flowyard.db.session import Database
 from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
@@ -58,8 +58,19 @@ def _secret_key(settings: Settings) -> bytes:
 
 
 def _prepare(settings: Settings) -> None:
+    from flowyard.db import migrate as migrations  # Alembic: only where a schema is upgraded
+
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     migrations.upgrade(settings.resolved_database_url(), secret_key=_secret_key(settings))
+
+
+def _prepare_apart() -> None:
+    """``_prepare`` in a child process (a fresh exec of this Python, same environment), so that
+    Alembic and Mako (about 27 MiB) are never loaded into the long-lived serve process (issue 19,
+    docs/performance.md "Memory per process"). Its errors go to our stderr."""
+    done = subprocess.run([sys.executable, "-m", "flowyard.cli", "_prepare"], check=False)
+    if done.returncode != 0:
+        raise click.ClickException(f"the schema upgrade failed (exit status {done.returncode})")
 
 
 _SERVE_LOCK: list[int] = []  # the lock's descriptor, open for the life of the process
@@ -128,7 +139,7 @@ def serve(
         port_shown = port if port is not None else settings.port
         _hold_serve_lock(settings, f"{host_shown}:{port_shown}")
     if not no_migrate:
-        _prepare(settings)
+        _prepare_apart()
 
     async def first_admin(db: Database) -> None:
         async with db.write() as session:
@@ -161,6 +172,14 @@ def serve(
             metrics.remove_multiproc_dir(metrics_dir)
         sys.exit(code)
     _run_api(settings, run_engine=not no_engine, host=host, port=port)
+
+
+@main.command("_prepare", hidden=True)
+def prepare_child() -> None:
+    """Upgrade the schema for `flowyard serve` (run by it in a child process)."""
+    settings = _settings()
+    _setup_logging(settings)
+    _prepare(settings)
 
 
 @main.command("_api", hidden=True)
@@ -199,6 +218,9 @@ def _run_api(
         loop="uvloop",
         # httptools, with the header, timeout and drain rules of flowyard.http_protocol.
         http=protocol_class(limits),
+        # No WebSocket route: no WebSocket protocol (the websockets library, ~8 MiB, stays
+        # unloaded; an Upgrade request is answered as plain HTTP).
+        ws="none",
         timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
@@ -224,6 +246,8 @@ def migrate(revision: str) -> None:
     """Create or upgrade the database schema."""
     settings = _settings()
     _setup_logging(settings)
+    from flowyard.db import migrate as migrations
+
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     migrations.upgrade(settings.resolved_database_url(), revision, secret_key=_secret_key(settings))
     click.echo(f"database at {revision}")
