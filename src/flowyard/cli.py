@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -23,7 +22,6 @@ from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
 from flowyard.iam.models import User
-from flowyard.secrets.crypto import load_key
 
 T = TypeVar("T")
 
@@ -50,27 +48,6 @@ def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
         return asyncio.run(run())
     except FlowyardError as exc:
         raise click.ClickException(exc.message) from None
-
-
-def _secret_key(settings: Settings) -> bytes:
-    """The key stored secrets are sealed with (migration 0015 seals the webhook secrets)."""
-    return load_key(settings.configured_secret_key(), settings.data_dir)
-
-
-def _prepare(settings: Settings) -> None:
-    from flowyard.db import migrate as migrations  # Alembic: only where a schema is upgraded
-
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url(), secret_key=_secret_key(settings))
-
-
-def _prepare_apart() -> None:
-    """``_prepare`` in a child process (a fresh exec of this Python, same environment), so that
-    Alembic and Mako (about 27 MiB) are never loaded into the long-lived serve process (issue 19,
-    docs/performance.md "Memory per process"). Its errors go to our stderr."""
-    done = subprocess.run([sys.executable, "-m", "flowyard.cli", "_prepare"], check=False)
-    if done.returncode != 0:
-        raise click.ClickException(f"the schema upgrade failed (exit status {done.returncode})")
 
 
 _SERVE_LOCK: list[int] = []  # the lock's descriptor, open for the life of the process
@@ -139,7 +116,12 @@ def serve(
         port_shown = port if port is not None else settings.port
         _hold_serve_lock(settings, f"{host_shown}:{port_shown}")
     if not no_migrate:
-        _prepare_apart()
+        from flowyard.ops import OpsError, schema
+
+        try:
+            schema.upgrade_apart()  # in a child: Alembic never loads into this process
+        except OpsError as exc:
+            raise click.ClickException(str(exc)) from None
 
     async def first_admin(db: Database) -> None:
         async with db.write() as session:
@@ -172,14 +154,6 @@ def serve(
             metrics.remove_multiproc_dir(metrics_dir)
         sys.exit(code)
     _run_api(settings, run_engine=not no_engine, host=host, port=port)
-
-
-@main.command("_prepare", hidden=True)
-def prepare_child() -> None:
-    """Upgrade the schema for `flowyard serve` (run by it in a child process)."""
-    settings = _settings()
-    _setup_logging(settings)
-    _prepare(settings)
 
 
 @main.command("_api", hidden=True)
@@ -246,10 +220,9 @@ def migrate(revision: str) -> None:
     """Create or upgrade the database schema."""
     settings = _settings()
     _setup_logging(settings)
-    from flowyard.db import migrate as migrations
+    from flowyard.ops import schema
 
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url(), revision, secret_key=_secret_key(settings))
+    schema.upgrade(settings, revision)
     click.echo(f"database at {revision}")
 
 

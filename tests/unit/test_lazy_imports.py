@@ -6,8 +6,12 @@ interpreter, so what the test process itself imported does not count."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 # Client libraries a process loads only when a step or trigger of that kind talks to its server.
 CONNECTOR_LIBRARIES = (
@@ -75,3 +79,23 @@ def test_a_runner_loads_no_connector_library_and_no_server_library() -> None:
     loaded = _loaded("import flowyard.runtime.runner_process, uvloop\nfrom flowyard.config import Settings\n")
     unwanted = set(CONNECTOR_LIBRARIES) | set(SERVER_LIBRARIES)
     assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)
+
+
+def test_serve_upgrades_the_schema_in_a_child_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flowyard serve` migrates through ``schema.upgrade_apart`` (so Alembic stays out of it):
+    the child reaches head with the parent's environment, and its failure is an OpsError."""
+    from flowyard.db import migrate
+    from flowyard.ops import OpsError, schema
+
+    monkeypatch.setenv("FLOWYARD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FLOWYARD_LOG_LEVEL", "warning")
+    schema.upgrade_apart()
+    with sqlite3.connect(tmp_path / "flowyard.db") as conn:
+        (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert revision == migrate.script_head()
+    # A database under a file: the child cannot create it.
+    monkeypatch.setenv("FLOWYARD_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/flowyard.db/x.db")
+    with pytest.raises(OpsError, match="schema upgrade failed"):
+        schema.upgrade_apart()
