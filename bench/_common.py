@@ -41,6 +41,7 @@ class Server:
     data_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="flowyard-bench-")))
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    exe: str | None = None  # the flowyard executable (default: the one next to this Python)
     peak_rss: int = 0
     _sampling: bool = False
 
@@ -58,7 +59,7 @@ class Server:
             "FLOWYARD_LOG_LEVEL": "warning",
             **self.env_extra,
         }
-        exe = str(Path(sys.executable).with_name("flowyard"))
+        exe = self.exe or str(Path(sys.executable).with_name("flowyard"))
         self.log = open(self.data_dir / "server.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [exe, "serve", *self.args], env=env, stdout=self.log, stderr=subprocess.STDOUT

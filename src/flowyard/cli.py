@@ -17,13 +17,11 @@ from flowyard.clock import isoformat, utcnow
 from flowyard.components import builtins
 from flowyard.components.registry import Registry
 from flowyard.config import Settings
-from flowyard.db import migrate as migrations
 from flowyard.db.session import Database
 from flowyard.errors import FlowyardError
 from flowyard.iam import permissions as perms
 from flowyard.iam import service as iam
 from flowyard.iam.models import User
-from flowyard.secrets.crypto import load_key
 
 T = TypeVar("T")
 
@@ -50,16 +48,6 @@ def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
         return asyncio.run(run())
     except FlowyardError as exc:
         raise click.ClickException(exc.message) from None
-
-
-def _secret_key(settings: Settings) -> bytes:
-    """The key stored secrets are sealed with (migration 0015 seals the webhook secrets)."""
-    return load_key(settings.configured_secret_key(), settings.data_dir)
-
-
-def _prepare(settings: Settings) -> None:
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url(), secret_key=_secret_key(settings))
 
 
 _SERVE_LOCK: list[int] = []  # the lock's descriptor, open for the life of the process
@@ -128,7 +116,12 @@ def serve(
         port_shown = port if port is not None else settings.port
         _hold_serve_lock(settings, f"{host_shown}:{port_shown}")
     if not no_migrate:
-        _prepare(settings)
+        from flowyard.ops import OpsError, schema
+
+        try:
+            schema.upgrade_apart()  # in a child: Alembic never loads into this process
+        except OpsError as exc:
+            raise click.ClickException(str(exc)) from None
 
     async def first_admin(db: Database) -> None:
         async with db.write() as session:
@@ -199,6 +192,9 @@ def _run_api(
         loop="uvloop",
         # httptools, with the header, timeout and drain rules of flowyard.http_protocol.
         http=protocol_class(limits),
+        # No WebSocket route: no WebSocket protocol (the websockets library, ~8 MiB, stays
+        # unloaded; an Upgrade request is answered as plain HTTP).
+        ws="none",
         timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=int(settings.stop_grace_seconds) + 5,
     )
@@ -224,8 +220,9 @@ def migrate(revision: str) -> None:
     """Create or upgrade the database schema."""
     settings = _settings()
     _setup_logging(settings)
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    migrations.upgrade(settings.resolved_database_url(), revision, secret_key=_secret_key(settings))
+    from flowyard.ops import schema
+
+    schema.upgrade(settings, revision)
     click.echo(f"database at {revision}")
 
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -414,6 +413,8 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         if self.database_url:
             if self.database_pgbouncer:
+                from sqlalchemy.engine import make_url  # not at import: runners read Settings too
+
                 url = make_url(self.database_url)
                 return url.update_query_dict({"pgbouncer": "true"}).render_as_string(hide_password=False)
             return self.database_url

@@ -1,10 +1,11 @@
-"""Cron expressions (UTC): 5 fields, 6 with seconds first, or ``@hourly``-style macros."""
+"""Cron expressions (UTC): 5 fields, 6 with seconds first, or ``@hourly``-style macros.
+
+croniter (and python-dateutil under it) is imported on first use: a process without
+schedules never loads it (``tests/unit/test_lazy_imports.py``)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-from croniter import croniter
 
 MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
@@ -28,6 +29,8 @@ def validate_cron(expr: str) -> str:
         raise CronError(
             "a cron expression has 5 fields (minute hour day month weekday), or 6 with seconds first"
         )
+    from croniter import croniter
+
     if not croniter.is_valid(expr, second_at_beginning=_is_seconds_form(expr)):
         raise CronError(f"invalid cron expression {expr!r}")
     try:
@@ -39,6 +42,8 @@ def validate_cron(expr: str) -> str:
 
 def next_after(expr: str, after: datetime) -> datetime:
     """The first tick strictly after ``after`` (UTC)."""
+    from croniter import croniter
+
     it = croniter(expr, after.astimezone(UTC), second_at_beginning=_is_seconds_form(expr))
     nxt: datetime = it.get_next(datetime)
     return nxt.astimezone(UTC)

@@ -4,6 +4,10 @@ It speaks AMQP 0-9-1 through aiormq (the protocol library under aio-pika), becau
 aiormq lets the connection go to the address the network policy vetted while TLS
 still checks the certificate against the credential's host name. One connection
 and one confirming channel per credential and runner process, closed when unused.
+
+aiormq and pamqp are imported by the functions that talk to a broker, on first use: a
+process that only lists or validates components (the API) or runs flows without amqp
+steps never loads them (``tests/unit/test_lazy_imports.py``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,10 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, unquote
 
-import aiormq
 import orjson
-from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
-from pamqp import commands as spec
-from pamqp.body import ContentBody
-from pamqp.header import ContentHeader
 from pydantic import Field, field_validator
 
 from flowyard import jsonvalue
@@ -41,6 +40,10 @@ from flowyard.components.connectors.common import (
 from flowyard.components.context import StepContext
 from flowyard.components.events import Event, TriggerContext
 from flowyard.components.registry import Component, Message
+
+if TYPE_CHECKING:
+    from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
+    from pamqp.header import ContentHeader
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,8 @@ class _Link:
 
 
 async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float) -> _Link:
+    import aiormq
+
     ep = credential_url(credentials, "amqp", _SCHEMES)
     address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
     host = f"[{address}]" if ":" in address else address
@@ -120,6 +125,9 @@ def _error(exc: BaseException) -> str:
 
 
 async def publish(message: Message, ctx: StepContext) -> Message:
+    import aiormq
+    from pamqp import commands as spec
+
     f: AmqpPublishFields = ctx.fields
     data = message["data"]
     body = as_bytes(data if f.body is None else render(f.body, data))
@@ -192,6 +200,10 @@ def _skip_bodies_over(channel: AbstractChannel, cap: int) -> None:
     and dropped one by one (each at most the negotiated frame_max, RabbitMQ's 128 KiB), never
     assembled: the consumer sees the delivery with an empty body and the header's body_size.
     aiormq assembles bodies in ``Channel._read_content``; this wraps it on this channel only."""
+    from aiormq.abc import DeliveredMessage
+    from pamqp import commands as spec
+    from pamqp.body import ContentBody
+
     read_content = channel._read_content  # type: ignore[attr-defined]
 
     async def bounded(frame: Any, header: ContentHeader) -> DeliveredMessage:
@@ -212,6 +224,9 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     """The ``consume`` trigger: manual acknowledgements, at most ``prefetch`` unacknowledged
     deliveries; closing the iterator cancels the consumer and closes the connection (the broker
     requeues what was not acknowledged)."""
+    import aiormq
+    from pamqp import commands as spec
+
     f: AmqpPublishFields = ctx.fields
     if not f.queue:
         raise ComponentError("amqp consume: the 'queue' field is required")
@@ -224,9 +239,9 @@ async def consume_events(ctx: TriggerContext) -> AsyncIterator[Event]:
         # Deliveries sent ahead wait here in memory: at most _INBOX_BYTES of them, however large
         # prefetch and the cap are (RabbitMQ does not implement basic.qos prefetch_size).
         await channel.basic_qos(prefetch_count=max(1, min(f.prefetch, _INBOX_BYTES // cap)))
-        inbox: asyncio.Queue[aiormq.abc.DeliveredMessage] = asyncio.Queue()
+        inbox: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
 
-        async def deliver(message: aiormq.abc.DeliveredMessage) -> None:
+        async def deliver(message: DeliveredMessage) -> None:
             inbox.put_nowait(message)
 
         consumer_tag = f"flowyard-{ctx.flow_id}"

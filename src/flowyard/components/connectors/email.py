@@ -5,6 +5,10 @@ refuses a server that does not offer it (unless the credential says
 ``"starttls": false``, for a relay on a trusted network). The socket goes to the
 address the network policy vetted; TLS verifies the certificate against the
 credential's host name. One connection per step (SMTP sessions are short).
+
+aiosmtplib is imported by ``send`` on first use: a process that only lists or validates
+components (the API) or runs flows without email steps never loads it
+(``tests/unit/test_lazy_imports.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import socket
 from email.message import EmailMessage
 from typing import Any
 
-import aiosmtplib
 from pydantic import Field, field_validator, model_validator
 
 from flowyard.components.builtins import ComponentError, _Fields
@@ -99,6 +102,8 @@ async def _socket_to(address: str, port: int) -> socket.socket:
 
 
 async def send(message: Message, ctx: StepContext) -> Message:
+    import aiosmtplib
+
     f: EmailFields = ctx.fields
     data = message["data"]
     creds = ctx.credentials or {}

@@ -5,6 +5,10 @@ against it) but its socket goes to the address the network policy vetted: paho's
 socket factory is replaced on the instance, so no second lookup and no proxy
 environment is used. One connection per credential and runner process, closed when
 unused.
+
+aiomqtt and paho are imported by the functions that talk to a broker, on first use: a
+process that only lists or validates components (the API) or runs flows without mqtt
+steps never loads them (``tests/unit/test_lazy_imports.py``).
 """
 
 from __future__ import annotations
@@ -15,10 +19,8 @@ import secrets
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-import aiomqtt
-import paho.mqtt.client as paho_mqtt
 from pydantic import Field, field_validator
 
 from flowyard.components.builtins import ComponentError, _Fields, _render_url, passthrough
@@ -37,6 +39,9 @@ from flowyard.components.connectors.common import (
 from flowyard.components.context import StepContext
 from flowyard.components.events import Event, TriggerContext
 from flowyard.components.registry import Component, Message
+
+if TYPE_CHECKING:
+    import aiomqtt
 
 _SCHEMES = {"mqtt": 1883, "mqtts": 8883}
 
@@ -67,6 +72,8 @@ class MqttPublishFields(_Fields):
 
 
 async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float, key: str) -> aiomqtt.Client:
+    import aiomqtt
+
     ep = credential_url(credentials, "mqtt", _SCHEMES)
     address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
     client = aiomqtt.Client(
@@ -109,6 +116,8 @@ _CLEANUPS: set[asyncio.Task[None]] = set()
 
 
 async def publish(message: Message, ctx: StepContext) -> Message:
+    import aiomqtt
+
     f: MqttPublishFields = ctx.fields
     data = message["data"]
     if f.topic is None:
@@ -219,6 +228,9 @@ async def subscribe_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     ``flowyard-<flow id>`` whichever process holds the lease), QoS 1, PUBACK sent only after the
     execution is stored (paho's manual acknowledgements), so the broker redelivers what was not
     acknowledged when the consumer died, and queues messages while the flow is stopped."""
+    import aiomqtt
+    import paho.mqtt.client as paho_mqtt
+
     f: MqttPublishFields = ctx.fields
     if not f.filter:
         raise ComponentError("mqtt subscribe: the 'filter' field is required")

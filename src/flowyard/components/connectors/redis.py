@@ -4,20 +4,22 @@ The connection pool of a credential connects to the address the network policy
 vetted; with ``rediss://`` TLS still verifies the certificate against the
 credential's host name. One pool per credential and runner process, closed when
 unused.
+
+redis-py is imported by the functions that talk to a server, on first use: a process that
+only lists or validates components (the API) or runs flows without redis steps never loads
+it (``tests/unit/test_lazy_imports.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
-import redis.asyncio as aioredis
 from pydantic import Field, field_validator
-from redis import exceptions as redis_errors
-from redis.asyncio.connection import SSLConnection
 
 from flowyard import jsonvalue
 from flowyard.components.builtins import ComponentError, _Fields, _render_url, passthrough
@@ -34,6 +36,10 @@ from flowyard.components.connectors.common import (
 from flowyard.components.context import StepContext
 from flowyard.components.events import Event, TriggerContext
 from flowyard.components.registry import Component, Message
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.asyncio.connection import SSLConnection
 
 _SCHEMES = {"redis": 6379, "rediss": 6380}
 
@@ -66,18 +72,30 @@ class RedisFields(_Fields):
     _value = field_validator("value")(check_mapper)
 
 
-class _VettedSSLConnection(SSLConnection):
-    """TLS to the vetted address, verifying the certificate against the host name."""
+@functools.cache
+def _vetted_ssl_connection() -> type[SSLConnection]:
+    """redis-py's TLS connection to the vetted address, verifying the certificate against the
+    host name (a class made on first use, like the import of redis-py)."""
+    from redis.asyncio.connection import SSLConnection
 
-    def __init__(self, *, vetted_address: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.vetted_address = vetted_address
+    class VettedSSLConnection(SSLConnection):
+        def __init__(self, *, vetted_address: str, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.vetted_address = vetted_address
 
-    def _connection_arguments(self) -> Mapping[str, Any]:
-        return {**super()._connection_arguments(), "host": self.vetted_address, "server_hostname": self.host}
+        def _connection_arguments(self) -> Mapping[str, Any]:
+            return {
+                **super()._connection_arguments(),
+                "host": self.vetted_address,
+                "server_hostname": self.host,
+            }
+
+    return VettedSSLConnection
 
 
 async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float) -> aioredis.Redis:
+    import redis.asyncio as aioredis
+
     ep = credential_url(credentials, "redis", _SCHEMES)
     address = await vet_host(ctx.settings, ep.host, ep.port, within=seconds)
     db_text = ep.path.strip("/") or "0"
@@ -96,7 +114,7 @@ async def _connect(credentials: dict[str, Any], ctx: StepContext, seconds: float
     }
     if ep.scheme == "rediss":
         pool = aioredis.BlockingConnectionPool(
-            connection_class=_VettedSSLConnection,
+            connection_class=_vetted_ssl_connection(),
             host=ep.host,
             vetted_address=address,
             ssl_ca_data=credentials.get("ca"),
@@ -115,6 +133,8 @@ _POOLS: Pools[aioredis.Redis] = Pools(_close)
 
 
 async def _call(message: Message, ctx: StepContext, function: str) -> Message:
+    from redis import exceptions as redis_errors
+
     f: RedisFields = ctx.fields
     data = message["data"]
     key = _render_url(f.key, data) if "{{" in f.key else f.key
@@ -253,6 +273,8 @@ async def xread_events(ctx: TriggerContext) -> AsyncIterator[Event]:
     ``FLOWYARD_MAX_TRIGGER_PAYLOAD_BYTES`` with its id and size only (the entry is never sent
     here); the consumer refuses it alone and XACKs it. Scripts cannot block, so an idle stream
     is polled (every 50 ms after a message, backing off to 500 ms)."""
+    from redis import exceptions as redis_errors
+
     f: RedisFields = ctx.fields
     stream = f.key
     group = f.group or f"flowyard-{ctx.flow_id}"
