@@ -308,7 +308,9 @@ def test_a_hot_runner_sends_the_next_execution_elsewhere_and_a_short_tenant_gets
     assert plan.place == [(4, 1)] and plan.start_surge == 0, "B holds its share: it waits in its own"
 
 
-def test_a_tenant_short_of_its_share_with_a_hot_runner_gets_a_surge_runner() -> None:
+def test_with_two_tenants_at_work_a_hot_first_runner_is_waited_for() -> None:
+    """A second runner would be demoted while another tenant has work: B's next execution
+    queues behind B's busy first runner (at the base priority) rather than run demoted."""
     p = Placement(base=2, capacity=8, surge=2)
     p.runner_up(1, surge=False, now=0)
     p.runner_up(2, surge=False, now=0)
@@ -319,32 +321,31 @@ def test_a_tenant_short_of_its_share_with_a_hot_runner_gets_a_surge_runner() -> 
     p.heat(2, True)
     p.submit(3, "t:b", 1)
     plan = p.plan(1)
-    assert plan.place == [] and plan.start_surge == 1, "B's only runner is hot and B is under its share"
+    assert plan.place == [(3, 2)] and plan.start_surge == 0 and plan.demote == []
 
 
 def test_a_tenant_left_with_only_a_demoted_runner_gets_a_fresh_one() -> None:
     """B's first runner emptied and went to A; B's next execution does not join B's demoted
-    runner (it would run at the lower priority for as long as B keeps it busy) but gets a
-    fresh runner: a surge one here."""
-    p = Placement(base=3, capacity=8, surge=1)
-    for rid in (1, 2, 3):
-        p.runner_up(rid, surge=False, now=0)
-    p.submit(1, "t:a", 0)
+    runner (it would run at the lower priority for as long as B keeps it busy) but waits for a
+    fresh one: the surge runner on its way, while A's runner is drained for the tenant left
+    without a runner at the base priority."""
+    p = Placement(base=2, capacity=8, surge=1)
+    p.runner_up(1, surge=False, now=0)
+    p.runner_up(2, surge=False, now=0)
+    p.submit(1, "t:b", 0)
     assert p.plan(0).place == [(1, 1)]
     p.heat(1, True)
     p.submit(2, "t:b", 1)
-    assert p.plan(1).place == [(2, 2)]
-    p.heat(2, True)
-    p.submit(3, "t:b", 2)
+    assert p.plan(1).place == [(2, 2)], "B alone: the next execution takes the free runner"
+    p.submit(3, "t:a", 2)
     plan = p.plan(2)
-    assert plan.place == [(3, 3)] and plan.demote == [3], "B's second runner is demoted"
-    p.heat(2, False)
-    p.finish(2, 3)  # B's first empties ...
-    p.submit(4, "t:a", 3)  # ... and A takes it
-    plan = p.plan(3)
-    assert plan.place == [(4, 2)] and plan.demote == [2]
-    p.submit(5, "t:b", 4)
+    assert plan.place == [] and plan.start_surge == 1 and plan.demote == [2]
+    p.heat(1, False)
+    p.finish(1, 3)  # B's first runner empties and goes to A, which waited for one
+    assert p.plan(3).place == [(3, 1)]
+    p.submit(4, "t:b", 4)
     plan = p.plan(4)
-    assert plan.place == [] and plan.start_surge == 1, "a fresh runner for B, not its demoted one"
-    p.runner_up(4, surge=True, now=5)
-    assert p.plan(5).place == [(5, 4)]
+    assert plan.place == [], "not onto B's demoted runner"
+    assert p.seats[1].draining, "A's runner is drained for B (the surge runner is on its way too)"
+    p.runner_up(3, surge=True, now=5)
+    assert p.plan(5).place == [(4, 3)], "a fresh runner for B"

@@ -25,11 +25,12 @@ Placement:
 CPU shares (issue 17: one tenant's CPU burners must not slow another tenant's steps):
 
 - A runner whose loop a step has held for a watchdog tick or more is *hot* (the pool reports
-  it with :meth:`Placement.heat`). A group's next execution does not join its hot runner while
-  a free one exists; a group holding fewer runners than its fair share ((base + surge runners) /
-  groups with work) whose runners are all hot may start a surge runner or drain a runner of the group
-  holding the most, as a group without a runner may. Past its fair share it queues in its own
-  runner as before.
+  it with :meth:`Placement.heat`). While one group has work, its next execution does not join
+  its hot runner while a free one exists (under its fair share, (base + surge runners) / groups
+  with work, it may start a surge runner); at its share it queues in its own runner. While
+  several groups have work, an execution queues behind its group's first runner even when it
+  is hot: a second runner would be demoted (below), and a step runs faster behind a busy
+  runner at the base priority than on a demoted one (bench/victim.py).
 - While two or more groups have work, every runner a group holds beyond its first (the one it
   has held longest) is *demoted*: the pool raises its niceness by ``runner_demote_nice``, so
   the operating system gives each tenant's first runner the CPU before anybody's extra ones. An
@@ -286,39 +287,49 @@ class Placement:
         return max(1, (self.base + self.surge) // max(1, len(groups)))
 
     def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
-        own: list[Seat] = []
-        best: Seat | None = None
-        if not alone:
-            own = [
-                s
-                for s in self.seats.values()
-                if self._usable(s)
-                and s.group == group
-                and s.jobs
-                and not s.alone
-                and not s.draining
-                and len(s.jobs) < self.capacity
-            ]
-            cool = [s for s in own if not s.hot]
-            best = min(cool, key=lambda s: (s.demoted, len(s.jobs), s.rid)) if cool else None
-            if best is not None and not best.demoted:
-                return best
-            if best is not None and any(
-                s.group == group and s.jobs and not s.demoted for s in self.seats.values()
-            ):
-                return best  # the group has its first runner; this one is an extra
         free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
-        if not alone and best is not None and not free:
+        if alone:
+            # Fresh runners for suspects first; others take a used one when there is one.
+            return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid)) if free else None
+        own = [
+            s
+            for s in self.seats.values()
+            if self._usable(s)
+            and s.group == group
+            and s.jobs
+            and not s.alone
+            and not s.draining
+            and len(s.jobs) < self.capacity
+        ]
+        first = [s for s in own if not s.demoted]
+        cool_first = [s for s in first if not s.hot]
+        if cool_first:
+            return min(cool_first, key=lambda s: (len(s.jobs), s.rid))
+        if not self._contended():
+            # One tenant at work: CPU-bound work spreads over the free runners.
+            cool = [s for s in own if not s.hot]
+            if cool:
+                return min(cool, key=lambda s: (len(s.jobs), s.rid))
+            if free:
+                return min(free, key=lambda s: (s.fresh, s.surge, s.rid))
+            if own and self._held().get(group, 0) >= self._fair_share():
+                return min(own, key=lambda s: (len(s.jobs), s.rid))  # at its share: wait in one
+            return None
+        # Several tenants at work: a second runner would be demoted, and a step runs faster
+        # behind its tenant's busy first runner than on a demoted one (measured: bench/victim.py).
+        if first:
+            return min(first, key=lambda s: (len(s.jobs), s.rid))
+        if free:  # it becomes the group's first runner
+            return min(free, key=lambda s: (s.fresh, s.surge, s.rid))
+        if own:
             # Only demoted runners left to the group (its first emptied and went to another
             # group): a fresh runner is asked for (_relieve) if one can be had; else this one.
-            return None if self._relief_possible(group) else best
-        if free:
-            # Fresh runners for suspects first; others take a used one when there is one.
-            return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid))
-        if own and self._held().get(group, 0) >= self._fair_share():
-            # Every runner of the group is hot and it holds its share: wait in one of them.
-            return min(own, key=lambda s: (s.demoted, len(s.jobs), s.rid))
+            return None if self._relief_possible(group) else min(own, key=lambda s: (len(s.jobs), s.rid))
         return None
+
+    def _contended(self) -> bool:
+        """Two or more groups have work and extra runners are demoted."""
+        return self.demote and len({t.group for t in self.tickets.values()}) >= 2
 
     def _firsts(self) -> dict[str, int]:
         """Runners each group holds at the base priority (not demoted)."""
@@ -384,7 +395,11 @@ class Placement:
             candidates = [
                 s
                 for s in self.seats.values()
-                if s.jobs and not s.draining and not s.condemned and held.get(s.group or "", 0) > floor
+                if s.jobs
+                and not s.draining
+                and not s.condemned
+                and s.group not in short
+                and held.get(s.group or "", 0) > floor
             ]
             if not candidates:
                 break
@@ -395,7 +410,7 @@ class Placement:
     def _demote(self, plan: Plan) -> None:
         """While two or more groups have work, each group's runners beyond its first run at a
         lower CPU priority."""
-        if not self.demote or len({t.group for t in self.tickets.values()}) < 2:
+        if not self._contended():
             return
         by_group: dict[str, list[Seat]] = defaultdict(list)
         for seat in self.seats.values():

@@ -30,6 +30,15 @@ from collections.abc import Coroutine, Generator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+# Optional packages that libraries pick up when they happen to be installed (httpcore imports
+# trio; httpx imports its command line's click, rich and pygments) and that a runner never uses:
+# marked absent before anything imports them, so a runner starts in less CPU. Every start
+# counts: a memory bomb costs a runner start, at the runners' priority. (With the test tools
+# installed: 0.36 s of CPU per start before, see docs/security.md "The victim numbers".)
+if __name__ == "__main__":  # a runner process, not a module imported elsewhere (tests)
+    for _unused in ("trio", "click", "rich", "pygments"):
+        sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
+
 import orjson
 
 from flowyard import isolate
