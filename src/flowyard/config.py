@@ -276,6 +276,20 @@ class Settings(BaseSettings):
         description="After a runner of a tenant died with several executions aboard, that tenant's next "
         "executions run alone, one per runner, for this many seconds (0: no quarantine).",
     )
+    runner_penalty_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="After a tenant's execution killed a runner (a limit crossed, or a death with several "
+        "aboard), that tenant runs on one runner at a time, demoted (FLOWYARD_RUNNER_DEMOTE_NICE), for "
+        "this many seconds while another tenant has work, renewed by each death (0: no penalty).",
+    )
+    runner_linger_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds a runner that emptied stays kept for its tenant before another tenant may "
+        "take it (a tenant without a runner of its own, not charged with a runner death, may take it "
+        "at once); 0: offered to all at once.",
+    )
     execution_cpu_seconds: float = Field(
         10.0, gt=0, description="CPU time one execution may use; past it its runner is killed."
     )

@@ -14,9 +14,10 @@ import dataclasses
 import pytest
 
 from flowyard.components.registry import Registry
+from flowyard.queue.store import queue_group_of
 from flowyard.runtime.pool import RunnerPool
 from tests.conftest import wait_until
-from tests.engine.test_pool import _claimed, _spec, pool
+from tests.engine.test_pool import _claimed, _delay, _spec, pool
 
 __all__ = ["pool"]
 
@@ -82,6 +83,46 @@ async def test_a_busy_loop_gets_a_second_runner_and_extra_runners_are_demoted(
         }
 
     await wait_until(lambda: _now(replaced()), within=30)
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [{"runners": 2, "runner_surge": 0, "execution_cpu_seconds": 0.5}],
+    indirect=True,
+)
+async def test_a_tenant_that_kills_a_runner_runs_demoted_while_another_has_work(
+    pool: RunnerPool, registry: Registry
+) -> None:
+    """A's execution crosses the CPU limit and its runner is killed: A is charged. While B has
+    work, the runner started in its place is demoted from the start (its start-up too) and
+    kept for A; A's next execution runs there, at the lower priority; B's runner keeps the
+    base priority.
+    """
+    await wait_until(lambda: _now(len(_ready(pool)) == 2), within=30)
+    base = pool.settings.runner_nice
+    demoted = base + pool.settings.runner_demote_nice
+    hold = _spec(registry, _delay(8))
+    b = asyncio.ensure_future(pool.run(hold, dataclasses.replace(_claimed(hold), tenant="t-2")))
+    await wait_until(lambda: _now(sum(r["running"] for r in _ready(pool)) == 1), within=30)
+    runaway = _spec(registry, {"id": "calc", "componentId": "jsonata", "fields": {"expression": RUNAWAY}})
+    killed = await pool.run(runaway, _claimed(runaway))
+    assert killed.status == "failed" and "CPU" in (killed.error or ""), killed.error
+    assert list(pool.placement.penalty) == [queue_group_of("t-1", "u-1")], "A is charged, not B"
+
+    def replaced_demoted() -> bool:
+        ready = _ready(pool)
+        return len(ready) == 2 and sorted(_nice(int(r["pid"])) for r in ready) == [base, demoted]
+
+    await wait_until(lambda: _now(replaced_demoted()), within=30)
+    short = _spec(registry, _delay(1))
+    a = asyncio.ensure_future(pool.run(short, _claimed(short)))
+    await wait_until(lambda: _now(sum(r["running"] for r in _ready(pool)) == 2), within=30)
+    assert sorted(_nice(int(r["pid"])) for r in _ready(pool) if r["running"]) == [base, demoted]
+    assert (await a).status == "succeeded"
+    assert (await b).status == "succeeded"
+
+
+RUNAWAY = "($f := function($n){$f($n+1)}; $f(0))"
 
 
 async def _now(value: bool) -> bool:

@@ -9,9 +9,11 @@ time passes. Whatever the order:
 - a runner never holds executions of two tenants at once, and a runner holding an
   execution that must run alone holds nothing else;
 - played to the end, every innocent execution finishes and every bomb fails;
-- CPU shares: while two or more tenants have work, each holds at most one runner at the
-  base priority (the others are demoted); with one tenant nothing is demoted; a demoted
-  runner is never offered again once empty (it is replaced), whatever runners turn hot.
+- CPU shares: while two or more tenants not charged with a runner death have work, each
+  holds at most one runner at the base priority (the others are demoted); a tenant charged
+  with a death lately holds none at the base priority while another has work; with one
+  tenant nothing is demoted; a demoted runner is never offered again once empty (it is
+  replaced), whatever runners turn hot.
 """
 
 from __future__ import annotations
@@ -34,28 +36,35 @@ class Model:
     groups: dict[int, str] = field(default_factory=dict)
     finished: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
-    pending: list[bool] = field(default_factory=list)  # runners starting (surge?)
+    pending: list[tuple[bool, str | None]] = field(default_factory=list)  # starting: (surge, reserved for)
     next_seq: int = 1
     next_rid: int = 1
 
-    def up(self, surge: bool) -> None:
-        self.placement.runner_up(self.next_rid, surge=surge, now=self.now)
+    def up(self, surge: bool, reserved_for: str | None = None) -> None:
+        self.placement.runner_up(self.next_rid, surge=surge, now=self.now, reserved_for=reserved_for)
         self.next_rid += 1
 
     def apply(self, plan: Plan) -> None:
         for seq, rid in plan.place:
             seat = self.placement.seats[rid]
             assert seq in seat.jobs
-        self.pending += [True] * plan.start_surge
-        self.pending += [False] * len(plan.recycle)  # the pool replaces a demoted base runner
+        self.pending += [(True, None)] * plan.start_surge
+        self.pending += [(False, None)] * len(plan.recycle)  # the pool replaces a demoted base runner
         groups_with_work = {t.group for t in self.placement.tickets.values()}
         if len(groups_with_work) < 2:
             assert not plan.demote, "demoted with one tenant at work"
         else:
+            penalised = set(self.placement.penalty)
+            contended = len(groups_with_work - penalised) >= 2
             first: dict[str, int] = {}
             for seat in self.placement.seats.values():
                 if seat.jobs and not seat.demoted and not seat.condemned and seat.group is not None:
-                    assert seat.group not in first, f"{seat.group} holds two runners at the base priority"
+                    others_hold = any(o.jobs and o.group != seat.group for o in self.placement.seats.values())
+                    assert seat.group not in penalised or not others_hold, (
+                        f"{seat.group} was charged and runs undemoted beside another tenant"
+                    )
+                    if contended:
+                        assert seat.group not in first, f"{seat.group} holds two runners at the base priority"
                     first[seat.group] = seat.rid
         for rid in plan.demote:
             assert self.placement.seats[rid].demoted
@@ -72,7 +81,8 @@ class Model:
                 assert len(seat.jobs) <= 1, "an execution run alone has company"
             for s in seat.jobs:
                 assert tickets[s].rid == seat.rid
-            assert seat.jobs or not seat.demoted, "an empty demoted runner is still offered"
+            if not seat.jobs and seat.demoted:
+                assert seat.group in self.placement.penalty, "an empty demoted runner is still offered"
         assert not (self.failed - set(self.bombs)), "an innocent execution failed"
 
     def step(self) -> None:
@@ -119,7 +129,8 @@ class Model:
         for seq in [death.culprit, *death.lost]:
             if seq is not None:
                 self.failed.add(seq)
-        self.pending.append(seat.surge)  # the pool replaces a base runner; surge ones end
+        if not seat.surge:  # the pool replaces a base runner (demoted for a charged tenant)
+            self.pending.append((False, self.placement.reserve_replacement(death)))
         self.check()
 
     def heat(self, pick: int, hot: bool) -> None:
@@ -129,8 +140,8 @@ class Model:
 
     def bring_up(self) -> None:
         if self.pending:
-            surge = self.pending.pop(0)
-            self.up(surge)
+            surge, reserved_for = self.pending.pop(0)
+            self.up(surge, reserved_for)
 
 
 submits = st.tuples(
@@ -169,7 +180,7 @@ def test_placement_never_blames_an_innocent_nor_mixes_tenants(
             base=base, capacity=capacity, surge=surge, surge_idle_seconds=30, quarantine_seconds=quarantine
         )
     )
-    m.pending = [False] * base
+    m.pending = [(False, None)] * base
     m.bring_up()
     for op, a, b in ops:
         if op == "submit":
@@ -349,3 +360,88 @@ def test_a_tenant_left_with_only_a_demoted_runner_gets_a_fresh_one() -> None:
     assert p.seats[1].draining, "A's runner is drained for B (the surge runner is on its way too)"
     p.runner_up(3, surge=True, now=5)
     assert p.plan(5).place == [(4, 3)], "a fresh runner for B"
+
+
+def test_a_tenant_that_kills_runners_runs_demoted_and_the_other_spreads() -> None:
+    """A's burner kills its runner: A is charged. While B has work, every runner A holds is
+    demoted (its first too) and A runs on one runner at a time; B, the only tenant not charged, spreads
+    over the free runners at the base priority as it would alone. A's demoted runner that
+    empties stays A's (no runner start per execution) until B waits for a runner or the
+    penalty ends."""
+    p = Placement(base=3, capacity=8, surge=0, penalty_seconds=30)
+    for rid in (1, 2, 3):
+        p.runner_up(rid, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    assert p.plan(0).place == [(1, 1)]
+    death = p.died(1, 1, "cpu", 1)
+    assert death.culprit == 1 and "t:a" in p.penalty
+    p.runner_up(4, surge=False, now=1)  # the replacement
+    p.submit(2, "t:a", 2)
+    p.submit(3, "t:b", 2)
+    plan = p.plan(2)
+    placed = dict(plan.place)
+    a_seat, b_first = placed[2], placed[3]
+    assert a_seat != b_first and plan.demote == [a_seat], "A's only runner is demoted: A was charged"
+    p.heat(b_first, True)  # B's step holds its runner's loop
+    p.submit(4, "t:b", 3)
+    plan = p.plan(3)
+    (b_second,) = set(p.seats) - {a_seat, b_first}
+    assert plan.place == [(4, b_second)] and plan.demote == [], (
+        "B, the only tenant not charged, takes the free runner at the base priority"
+    )
+    p.submit(5, "t:a", 4)
+    plan = p.plan(4)
+    assert plan.place == [(5, a_seat)] and plan.start_surge == 0, "A waits in its own demoted runner"
+    p.finish(2, 5)
+    p.finish(5, 5)
+    plan = p.plan(5)
+    assert plan.recycle == [] and a_seat in p.seats, "reserved for A: no runner start per execution"
+    p.submit(6, "t:a", 6)
+    assert p.plan(6).place == [(6, a_seat)]
+    p.finish(6, 7)
+    # B needs a third runner (both of its own are hot) and none is free: A's reserved one goes.
+    p.heat(b_second, True)
+    p.submit(7, "t:b", 8)
+    plan = p.plan(8)
+    assert plan.place == [] and plan.recycle == [a_seat] and a_seat not in p.seats
+    p.runner_up(5, surge=False, now=9)
+    assert p.plan(9).place == [(7, 5)], "the fresh runner in its place goes to B"
+    # The penalty ends: A is like anybody else again, and B's extra runners are demoted.
+    p.submit(8, "t:a", 40)
+    plan = p.plan(40)
+    assert "t:a" not in p.penalty
+    assert sorted(plan.demote) == sorted({b_second, 5}), plan
+
+
+def test_a_runner_lingers_for_its_tenant_and_a_charged_tenant_cannot_take_it() -> None:
+    """B's runner empties between two of B's executions: A, charged with a runner death, does not
+    take it (A waits in its own), and B's next execution finds it. A tenant without a runner that
+    was not charged takes a lingering runner at once; once the linger is over anybody may."""
+    p = Placement(base=2, capacity=8, surge=0, penalty_seconds=30, linger_seconds=1)
+    p.runner_up(1, surge=False, now=0)
+    p.runner_up(2, surge=False, now=0)
+    p.submit(1, "t:b", 0)
+    p.submit(2, "t:a", 0)
+    assert sorted(p.plan(0).place) == [(1, 1), (2, 2)]
+    death = p.died(2, 2, "cpu", 0.5)
+    assert death.culprit == 2 and death.charged == "t:a"
+    reserved = p.reserve_replacement(death)
+    assert reserved == "t:a", "B holds a runner: A's replacement starts demoted, kept for A"
+    p.runner_up(3, surge=False, now=0.6, reserved_for=reserved)
+    p.finish(1, 0.7)  # B's runner empties: it lingers for B
+    assert p.seats[1].group == "t:b" and not p.seats[1].jobs
+    p.submit(3, "t:a", 0.8)
+    p.submit(4, "t:a", 0.9)
+    assert p.plan(0.9).place == [(3, 3), (4, 3)], "A does not take B's lingering runner"
+    p.submit(5, "t:b", 1.0)
+    assert p.plan(1.0).place == [(5, 1)], "B's next execution finds its runner"
+    p.finish(5, 1.2)
+    p.submit(6, "t:c", 1.3)
+    assert p.plan(1.3).place == [(6, 1)], "C, without a runner and not charged, takes it at once"
+    p.finish(6, 1.5)
+    p.plan(2.0)
+    assert p.seats[1].group == "t:c", "still lingering for C"
+    p.plan(2.6)
+    assert p.seats[1].group is None, "the linger is over: free for any tenant"
+    p.submit(7, "t:a", 2.7)
+    assert p.plan(2.7).place == [(7, 3)], "A still runs on its one runner while penalised"

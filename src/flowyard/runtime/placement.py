@@ -9,7 +9,10 @@ Placement:
 
 - A runner holds executions of one *group* only (the queue group of ``queue/store.py``: a
   tenant, or the owner of tenantless flows) while any of them is aboard; an empty runner
-  is free and may go to any group. So a runner death only ever touches one group.
+  is free and may go to any group. So a runner death only ever touches one group. A runner
+  that empties *lingers*: it stays kept for its group for ``linger_seconds`` (other groups
+  take it only when they hold no runner at the base priority and were not charged with a
+  death), so a group whose work trickles in keeps its runner between two executions.
 - A free runner goes to the waiting group holding the fewest runners (ties: the group
   waiting longest). A group that holds none while every runner is taken may start a *surge*
   runner (at most ``runner_surge`` at once, retired after ``runner_surge_idle_seconds``
@@ -36,6 +39,18 @@ CPU shares (issue 17: one tenant's CPU burners must not slow another tenant's st
   the operating system gives each tenant's first runner the CPU before anybody's extra ones. An
   unprivileged process cannot lower a niceness again, so a demoted runner is not reused once
   empty: a base runner is replaced by a fresh one (``Plan.recycle``), a surge runner stops.
+- A group charged with a runner death (a culprit, or suspects after a death with company) is
+  *penalised* for ``penalty_seconds``, renewed by each death. While another group has work, it
+  runs on one runner at a time rather than ask for more, and while another group holds a
+  runner, every runner of the penalised group is demoted, its first too (with one runner to go
+  round, nothing is demoted and nothing is replaced for it); the groups not penalised then
+  share the base priority among themselves as if the penalised one were not there (one such
+  group at work spreads over the free runners as it would alone). So a tenant that keeps
+  killing runners pays for it at the lower priority, and the tenants it would slow down do not
+  queue behind their one runner. A penalised group's demoted runner that empties stays
+  *reserved* for it (no runner start per execution) until the penalty ends or a group not
+  penalised waits for a runner; so is the replacement of a runner it killed, started demoted
+  (its start-up CPU at the lower priority too: :meth:`Placement.reserve_replacement`).
 
 Blame when a runner dies:
 
@@ -76,7 +91,8 @@ class Seat:
     idle_since: float = 0.0
     owned_since: float = 0.0
     hot: bool = False  # a step has held its loop for a watchdog tick or more
-    demoted: bool = False  # its niceness was raised: replaced once empty
+    demoted: bool = False  # its niceness was raised: replaced once empty (or reserved)
+    linger_until: float = 0.0  # emptied: kept for its group until then (not offered to others)
 
 
 @dataclass(eq=False)
@@ -108,6 +124,7 @@ class Death:
     suspects: list[int] = field(default_factory=list)  # run again, each alone
     rerun: list[int] = field(default_factory=list)  # witnesses of a certain death: run again
     quarantined: str | None = None
+    charged: str | None = None  # the group penalised for it
 
 
 class Placement:
@@ -120,6 +137,8 @@ class Placement:
         surge_idle_seconds: float = 30.0,
         quarantine_seconds: float = 10.0,
         demote: bool = True,
+        penalty_seconds: float = 30.0,
+        linger_seconds: float = 1.0,
     ) -> None:
         self.base = base
         self.capacity = capacity
@@ -131,14 +150,28 @@ class Placement:
         self.quarantine: dict[str, float] = {}
         self.surge_starting = 0
         self.demote = demote
+        self.penalty_seconds = penalty_seconds
+        self.linger_seconds = linger_seconds
+        self.penalty: dict[str, float] = {}  # group -> until when it runs demoted
         self._emptied: list[Seat] = []  # demoted runners that emptied: to stop or replace
 
     # -- what happens -------------------------------------------------------------------
 
-    def runner_up(self, rid: int, *, surge: bool, now: float) -> None:
+    def runner_up(self, rid: int, *, surge: bool, now: float, reserved_for: str | None = None) -> None:
+        """A runner is ready; ``reserved_for``: it was started demoted for that penalised group."""
         if surge:
             self.surge_starting = max(0, self.surge_starting - 1)
-        self.seats[rid] = Seat(rid, surge, idle_since=now)
+        seat = Seat(rid, surge, idle_since=now)
+        if reserved_for is not None:
+            seat.group, seat.demoted = reserved_for, True
+        self.seats[rid] = seat
+
+    def reserve_replacement(self, death: Death) -> str | None:
+        """The group a dead runner's replacement should be started demoted for: the group the
+        death was charged to, while it is penalised and another group holds a runner."""
+        if death.charged is not None and self._penalised(death.charged) and self._others_hold(death.charged):
+            return death.charged
+        return None
 
     def runner_start_failed(self, *, surge: bool) -> None:
         if surge:
@@ -207,6 +240,11 @@ class Placement:
             if self.quarantine_seconds > 0:
                 self.quarantine[group] = now + self.quarantine_seconds
                 death.quarantined = group
+        charged = death.culprit if death.culprit is not None else next(iter(death.suspects), None)
+        if charged is not None and self.penalty_seconds > 0:
+            group = next(t.group for t in aboard if t.seq == charged)
+            self.penalty[group] = now + self.penalty_seconds
+            death.charged = group
         for seq in [death.culprit, *death.lost]:
             if seq is not None:
                 self.tickets.pop(seq, None)
@@ -226,6 +264,14 @@ class Placement:
         for group, until in list(self.quarantine.items()):
             if until <= now:
                 del self.quarantine[group]
+        for group, until in list(self.penalty.items()):
+            if until <= now:
+                del self.penalty[group]
+        for kept in list(self.seats.values()):
+            if self._reserved(kept) and kept.group not in self.penalty:
+                self._release(kept)
+            elif not kept.jobs and not kept.demoted and kept.group is not None and kept.linger_until <= now:
+                kept.group = None  # its linger is over: free for any group
         queues: dict[str, list[Ticket]] = defaultdict(list)
         for t in sorted(self.tickets.values(), key=lambda t: (not t.suspect, t.since, t.seq)):
             if t.rid is None:
@@ -233,7 +279,7 @@ class Placement:
         blocked: set[str] = set()
         while queues:
             held = self._held()
-            order = sorted(queues, key=lambda g: (held.get(g, 0), queues[g][0].since))
+            order = sorted(queues, key=lambda g: (self._penalised(g), held.get(g, 0), queues[g][0].since))
             progressed = False
             for g in order:
                 t = queues[g][0]
@@ -286,11 +332,51 @@ class Placement:
         groups = {t.group for t in self.tickets.values()}
         return max(1, (self.base + self.surge) // max(1, len(groups)))
 
+    def _reserved(self, seat: Seat) -> bool:
+        """Empty, demoted, kept for the penalised group that held it."""
+        return seat.demoted and not seat.jobs
+
+    def _release(self, seat: Seat) -> None:
+        self.seats.pop(seat.rid, None)
+        self._emptied.append(seat)
+
     def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
-        free = [s for s in self.seats.values() if self._usable(s) and not s.jobs]
+        # A runner lingering for another group is taken only by a group without a runner at the
+        # base priority that was not charged with a runner death lately.
+        deprived = group not in self.penalty and not self._firsts().get(group, 0)
+        free = [
+            s
+            for s in self.seats.values()
+            if self._usable(s) and not s.jobs and (s.group in (None, group) or (deprived and not s.demoted))
+        ]
+        penalised = self._penalised(group)
+        if penalised:
+            # Charged with a runner death while others have work: one runner at a time (demoted),
+            # its reserved one first (no start); another free one only while no group that is
+            # not penalised waits for a runner.
+            if self._held().get(group, 0) >= 1:
+                if alone:
+                    return None
+                own = [
+                    s
+                    for s in self.seats.values()
+                    if self._usable(s)
+                    and s.group == group
+                    and s.jobs
+                    and not s.alone
+                    and not s.draining
+                    and len(s.jobs) < self.capacity
+                ]
+                return min(own, key=lambda s: (len(s.jobs), s.rid)) if own else None
+            mine = [s for s in free if s.demoted]
+            if not mine and self._others_wait(group):
+                return None
+            free = mine or free
         if alone:
             # Fresh runners for suspects first; others take a used one when there is one.
             return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid)) if free else None
+        if penalised:
+            return min(free, key=lambda s: (s.fresh, s.surge, s.rid)) if free else None
         own = [
             s
             for s in self.seats.values()
@@ -328,8 +414,25 @@ class Placement:
         return None
 
     def _contended(self) -> bool:
-        """Two or more groups have work and extra runners are demoted."""
-        return self.demote and len({t.group for t in self.tickets.values()}) >= 2
+        """Two or more groups not penalised have work: their extra runners are demoted."""
+        groups = {t.group for t in self.tickets.values()}
+        return self.demote and len(groups - self.penalty.keys()) >= 2
+
+    def _others_wait(self, group: str) -> bool:
+        """A group not penalised has an execution waiting for a runner."""
+        return any(
+            t.rid is None and t.group != group and not self._penalised(t.group) for t in self.tickets.values()
+        )
+
+    def _others_hold(self, group: str) -> bool:
+        """Another group holds a runner: there is a CPU to be shared with it."""
+        return any(s.jobs and s.group != group for s in self.seats.values())
+
+    def _penalised(self, group: str) -> bool:
+        """Charged with a runner death lately, while another group has work."""
+        if not self.demote or group not in self.penalty:
+            return False
+        return any(t.group != group for t in self.tickets.values())
 
     def _firsts(self) -> dict[str, int]:
         """Runners each group holds at the base priority (not demoted)."""
@@ -358,10 +461,17 @@ class Placement:
 
     def _empty(self, seat: Seat, now: float) -> None:
         if seat.demoted:  # cannot be made a first runner again: stop or replace it
-            self.seats.pop(seat.rid, None)
-            self._emptied.append(seat)
+            if seat.group in self.penalty and not seat.condemned:
+                seat.idle_since = now  # reserved for its penalised group (no start per run)
+                return
+            self._release(seat)
             return
-        seat.group = None
+        # Kept for its group a moment (linger): a tenant whose work comes in a steady trickle
+        # does not lose its runner to another tenant between two executions and then wait
+        # for a runner start or a drain (measured: bench/victim.py).
+        seat.linger_until = now + self.linger_seconds
+        if self.linger_seconds <= 0 or seat.alone or seat.draining:  # drained: for another group
+            seat.group = None
         seat.alone = False
         seat.draining = False
         seat.idle_since = now
@@ -370,6 +480,10 @@ class Placement:
         """Groups that could not be placed and hold fewer runners than their share (none, or
         only hot ones): a surge runner, or a drain of the group holding the most."""
         held = self._held()
+        if any(not self._penalised(g) for g in blocked):
+            # A group not penalised waits: runners reserved for penalised ones are replaced.
+            for seat in [s for s in self.seats.values() if self._reserved(s)]:
+                self._release(seat)
         if sum(not s.surge for s in self.seats.values()) < self.base:
             return  # runners are on their way (start-up, a replacement)
         share = self._fair_share()
@@ -377,7 +491,13 @@ class Placement:
         short = sorted(blocked, key=lambda g: held.get(g, 0))
         # Short: no runner at the base priority (none at all, or only demoted ones), or fewer
         # runners than the group's share while all of them are hot.
-        short = [g for g in short if firsts.get(g, 0) == 0 or held[g] < share]
+        # A penalised group is short only with no runner at all and nobody else waiting.
+        short = [
+            g
+            for g in short
+            if (firsts.get(g, 0) == 0 or held[g] < share)
+            and not (self._penalised(g) and (held.get(g, 0) or self._others_wait(g)))
+        ]
         surge_up = sum(s.surge for s in self.seats.values())
         drains_needed = 0
         for _ in short:
@@ -408,16 +528,21 @@ class Placement:
             draining += 1
 
     def _demote(self, plan: Plan) -> None:
-        """While two or more groups have work, each group's runners beyond its first run at a
-        lower CPU priority."""
-        if not self._contended():
-            return
+        """While two or more groups (not penalised) have work, each group's runners beyond its
+        first run at a lower CPU priority; a penalised group's all do while another has work."""
+        contended = self._contended()
         by_group: dict[str, list[Seat]] = defaultdict(list)
         for seat in self.seats.values():
             if seat.group is not None and seat.jobs and not seat.condemned:
                 by_group[seat.group].append(seat)
-        for seats in by_group.values():
-            if len(seats) < 2:
+        for group, seats in by_group.items():
+            if self._penalised(group) and self._others_hold(group):
+                for seat in seats:
+                    if not seat.demoted:
+                        seat.demoted = True
+                        plan.demote.append(seat.rid)
+                continue
+            if len(seats) < 2 or not contended:
                 continue
             first = min(seats, key=lambda s: (s.demoted, s.owned_since, s.rid))
             for seat in seats:

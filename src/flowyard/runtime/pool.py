@@ -180,6 +180,8 @@ class RunnerPool:
             surge=settings.runner_surge,
             surge_idle_seconds=settings.runner_surge_idle_seconds,
             quarantine_seconds=settings.runner_quarantine_seconds,
+            penalty_seconds=settings.runner_penalty_seconds,
+            linger_seconds=settings.runner_linger_seconds,
             demote=settings.runner_demote_nice > 0,
         )
         self._closing = False
@@ -353,21 +355,26 @@ class RunnerPool:
 
     # -- runner life ---------------------------------------------------------------------
 
-    def _spawn(self, index: int, delay: float, surge: bool = False) -> None:
-        task = asyncio.create_task(self._run_runner(index, delay, surge), name=f"flowyard-runner-{index}")
+    def _spawn(self, index: int, delay: float, surge: bool = False, reserved_for: str | None = None) -> None:
+        task = asyncio.create_task(
+            self._run_runner(index, delay, surge, reserved_for), name=f"flowyard-runner-{index}"
+        )
         self._spawns.add(task)
         task.add_done_callback(self._spawns.discard)
 
-    async def _run_runner(self, index: int, delay: float, surge: bool) -> None:
+    async def _run_runner(self, index: int, delay: float, surge: bool, reserved_for: str | None) -> None:
         if delay:
             await asyncio.sleep(delay)
+        nice = self.settings.runner_nice
+        if reserved_for is not None:  # for a penalised tenant: demoted from the start
+            nice = min(19, nice + self.settings.runner_demote_nice)
         fd = os.memfd_create(f"flowyard-runner-{index}")
         try:
             os.ftruncate(fd, SLOT_SIZE)
             r = _Runner(index, Slot(mmap.mmap(fd, SLOT_SIZE)), rid=next(self._rids), surge=surge)
             r.proc = await _start_process(fd)
             with contextlib.suppress(OSError):  # niced before its imports, not after them
-                os.setpriority(os.PRIO_PROCESS, r.proc.pid, self.settings.runner_nice)
+                os.setpriority(os.PRIO_PROCESS, r.proc.pid, nice)
         except OSError as exc:  # fork or exec failed (out of processes, memory): try again later
             log.error("cannot start runner %d: %s", index, exc)
             if surge:
@@ -379,7 +386,7 @@ class RunnerPool:
             os.close(fd)
         self._runners = [x for x in self._runners if not x.dead and x.index != index] + [r]
         assert r.proc.stdin is not None and r.proc.stdout is not None and r.proc.stderr is not None
-        r.proc.stdin.write(frame_config(self.settings))
+        r.proc.stdin.write(frame_config(self.settings, nice))
         r.tasks.append(asyncio.create_task(self._stderr(r), name=f"flowyard-runner-{index}-stderr"))
         started = time.monotonic()
         try:
@@ -397,7 +404,7 @@ class RunnerPool:
                 return
             r.ready = True
             metrics.runner_alive(1)
-            self.placement.runner_up(r.rid, surge=surge, now=time.monotonic())
+            self.placement.runner_up(r.rid, surge=surge, now=time.monotonic(), reserved_for=reserved_for)
             self._ready.set()
             log.debug("runner %d started (pid %d)%s", index, r.pid, " (surge)" if surge else "")
             self._pump()
@@ -524,7 +531,7 @@ class RunnerPool:
         if not r.surge:
             # Back off when runners die young (a broken install), not when a flow was killed.
             delay = 0.0 if guilty or jobs or lived > 5 else min(5.0, 0.5 * (1 + self.replaced % 8))
-            self._spawn(r.index, delay=delay)
+            self._spawn(r.index, delay=delay, reserved_for=self.placement.reserve_replacement(death))
         self._pump()
 
     def _verdict(self, job: _Job, node: int, limit: str) -> Outcome:
@@ -618,13 +625,13 @@ async def _start_process(slot_fd: int) -> asyncio.subprocess.Process:
     )
 
 
-def frame_config(settings: Settings) -> bytes:
+def frame_config(settings: Settings, nice: int | None = None) -> bytes:
     """The runner's first frame: its settings (no secrets, no database) and niceness."""
     private = {"admin_username", "database_url"} | {
         name for name in type(settings).model_fields if isinstance(getattr(settings, name), SecretStr)
     }
     body = settings.model_dump(mode="json", exclude=private)
-    return frame({"settings": body, "nice": settings.runner_nice})
+    return frame({"settings": body, "nice": settings.runner_nice if nice is None else nice})
 
 
 def _sigkill(r: _Runner) -> None:
