@@ -94,12 +94,11 @@ async def test_restore_makes_a_new_version_with_the_old_content(
     assert missing.status_code == 404
 
 
-async def test_restore_of_a_flow_that_is_not_inactive_is_refused(
-    client: httpx.AsyncClient, admin: Account
-) -> None:
+async def test_restore_of_a_starting_flow_is_refused(client: httpx.AsyncClient, admin: Account) -> None:
     fid = (await _create(client, admin))["id"]
     await _patch(client, admin, fid, {"graph": OTHER_GRAPH})
     assert (await client.post(f"/flows/{fid}/start", headers=admin.headers)).status_code == 200
+    # Starting (no engine in this app): in transit, refused.
     r = await client.post(f"/flows/{fid}/versions/1/restore", headers=admin.headers)
     assert r.status_code == 409, r.text
     assert len((await _versions(client, admin, fid))["data"]) == 2

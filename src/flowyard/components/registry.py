@@ -147,3 +147,56 @@ class Registry:
             # Running from a source tree without installed metadata: still offer the built-ins.
             found = {c.id: c for c in fallback}
         return cls(found, failures)
+
+
+# -- the event-trigger node of a graph: one rule for the lifecycle, the consumers and the
+# flows service (an active flow keeps its trigger) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class TriggerNode:
+    node_id: str
+    component: Component
+    function: str
+    fields: Mapping[str, Any]
+    credentials_id: str | None
+
+    @property
+    def events(self) -> TriggerFunction:
+        return self.component.events[self.function]
+
+
+class TriggerProblem(ValueError):
+    pass
+
+
+def trigger_node(graph: Mapping[str, Any], registry: Registry) -> TriggerNode | None:
+    """The flow's event-trigger node, if it has one (at most one is allowed)."""
+    nodes = graph.get("nodes") or []
+    targets = {e.get("target") for e in graph.get("edges") or []}
+    found: list[TriggerNode] = []
+    for node in nodes:
+        component = registry.get(node.get("componentId") or "")
+        if component is None or not component.events:
+            continue
+        function = node.get("function") or component.default_function
+        if function not in component.events:
+            continue
+        if node.get("id") in targets:
+            raise TriggerProblem(
+                f"node {node.get('id')}: the {component.id} {function} trigger has incoming edges"
+            )
+        found.append(
+            TriggerNode(
+                node_id=str(node["id"]),
+                component=component,
+                function=function,
+                fields=node.get("fields") or {},
+                credentials_id=node.get("credentials_id"),
+            )
+        )
+    if len(found) > 1:
+        raise TriggerProblem(
+            "a flow may have at most one event trigger: " + ", ".join(n.node_id for n in found)
+        )
+    return found[0] if found else None

@@ -172,7 +172,7 @@ async def get_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
     response_model=Single[Flow],
     responses=errors(400, 401, 403, 404, 409, 413, 415),
     openapi_extra=json_body_doc("MutableFlowPatch"),
-    summary="Update an inactive flow",
+    summary="Update an inactive or active flow (an active one: for executions accepted afterwards)",
 )
 async def patch_flow(id: FlowId, request: Request, db: DB, caller: Caller) -> JSONOut:
     service.check_id(id)
@@ -273,7 +273,7 @@ async def get_version(id: FlowId, number: VersionNumber, db: DB, caller: Caller)
     "/flows/{id}/versions/{number}/restore",
     response_model=Single[Flow],
     responses=errors(400, 401, 403, 404, 409),
-    summary="Make a new version equal to an earlier one (the flow must be inactive)",
+    summary="Make a new version equal to an earlier one (the flow must be inactive or active)",
 )
 async def restore_version(
     id: FlowId, number: VersionNumber, request: Request, db: DB, caller: Caller

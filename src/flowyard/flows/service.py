@@ -8,8 +8,10 @@ the seed's table does not allow.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -17,7 +19,8 @@ from flowyard import ids
 from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause, search_ids
 from flowyard.clock import isoformat, utcnow
 from flowyard.components.builtins import flow_refusal
-from flowyard.components.registry import Registry
+from flowyard.components.cron import next_after
+from flowyard.components.registry import Registry, TriggerProblem, trigger_node
 from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
 from flowyard.db.session import Database
@@ -631,12 +634,12 @@ async def update_flow(
 ) -> Flow:
     principal.require(perms.FLOWS_UPDATE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
-    if flow.status != FlowStatus.INACTIVE:
-        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    _check_editable(flow)
     merged = _merge_patch(flow, patch)
     clean, problems = validate_flow_body(merged, registry=registry, current_status=flow.status)
     if problems:
         raise InvalidInput(problems)
+    _check_trigger_kept(flow, clean["graph"], registry)
     if isinstance(patch, dict) and "webhookSecret" not in patch:
         clean.pop("webhookSecret", None)
     if clean["tenant"] != flow.tenant:
@@ -673,12 +676,13 @@ async def update_flow(
         "version": flow.version + 1,
         "history_version": new_version,
         "updated_at": now,
+        **_schedule(flow, clean["cron"], now),
     }
     if "webhookSecret" in clean:
         values["webhook_secret"] = _sealed(clean["webhookSecret"], seal)
     result = await session.execute(
         sa.update(Flow)
-        .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)
+        .where(Flow.id == flow.id, Flow.status == flow.status, Flow.version == flow.version)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
@@ -689,6 +693,51 @@ async def update_flow(
     await _write_owners(session, flow.id, clean["owners"], replace=True)
     await session.refresh(flow)
     return flow
+
+
+# -- editing (SPEC §3): an inactive or an active flow; one rule for PATCH and restore ---------------
+
+_EDITABLE = (FlowStatus.INACTIVE, FlowStatus.ACTIVE)
+
+
+def _check_editable(flow: Flow) -> None:
+    """A flow is changed while inactive or active, never in transit: ``starting`` is being
+    checked and subscribed with the graph it had, ``stopping`` is draining."""
+    if flow.status not in _EDITABLE:
+        raise Conflict(f"Flow is neither inactive nor active. Current status: {flow.status}")
+
+
+def _trigger_key(graph: Any, registry: Registry) -> Any:
+    try:
+        node = trigger_node(graph, registry)
+    except TriggerProblem as exc:
+        return ("problem", str(exc))
+    if node is None:
+        return None
+    fields = orjson.dumps(node.fields, option=orjson.OPT_SORT_KEYS)
+    return (node.node_id, node.component.id, node.function, fields, node.credentials_id)
+
+
+def _check_trigger_kept(flow: Flow, graph: Any, registry: Registry) -> None:
+    """An active flow's event trigger (its node, connector, function, fields and credentials)
+    stays as it was: the subscription is made when the flow starts (``triggers/lifecycle.py``)
+    and is not re-made by a save. Every other node, edge and the schedule may change."""
+    if flow.status != FlowStatus.ACTIVE:
+        return
+    if _trigger_key(flow.graph, registry) != _trigger_key(graph, registry):
+        raise Conflict(
+            "The event trigger of an active flow cannot change: stop the flow, save the change "
+            "and start it again (its subscription is made when it starts).",
+            field="graph",
+        )
+
+
+def _schedule(flow: Flow, cron: str | None, now: datetime) -> dict[str, Any]:
+    """An active flow whose schedule changes fires next by the new one (from now); one whose
+    schedule is removed fires no more. An inactive flow's next run is set when it starts."""
+    if flow.status != FlowStatus.ACTIVE or cron == flow.cron:
+        return {}
+    return {"next_run_at": next_after(cron, now) if cron else None}
 
 
 async def _check_credentials_kept(session: AsyncSession, flow: Flow, clean: dict[str, Any]) -> None:
@@ -792,15 +841,14 @@ async def restore_version(
     session: AsyncSession, principal: Principal, flow_id: str, number: int, registry: Registry
 ) -> Flow:
     """A new version equal to version ``number`` (``tenant.flows.update``, like a PATCH: the
-    flow must be inactive, and the content must validate today: components installed,
-    credentials usable by the flow's owners)."""
+    flow must be inactive or active (then with the same event trigger), and the content must
+    validate today: components installed, credentials usable by the flow's owners)."""
     principal.require(perms.FLOWS_UPDATE)
     flow = await get_flow(session, principal, flow_id, for_update=True)
     version = await history.get(session, flow.id, _version_number(number))
     if version is None:
         raise NotFound(f"Flow {flow_id} has no version {number}.")
-    if flow.status != FlowStatus.INACTIVE:
-        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    _check_editable(flow)
     body = {name: getattr(flow, name) for name in _MUTABLE}
     body.update(graph=version.graph, cron=version.cron)
     _clean, problems = validate_flow_body(
@@ -812,11 +860,12 @@ async def restore_version(
     problems += await subflow_problems(session, principal, flow.id, flow.tenant, flow.owners, version.graph)
     if problems:
         raise InvalidInput(problems)
+    _check_trigger_kept(flow, version.graph, registry)
     now = utcnow()
     new = history.content(version)
     result = await session.execute(
         sa.update(Flow)
-        .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE, Flow.version == flow.version)
+        .where(Flow.id == flow.id, Flow.status == flow.status, Flow.version == flow.version)
         .values(
             graph=version.graph,
             cron=version.cron,
@@ -824,6 +873,7 @@ async def restore_version(
             version=flow.version + 1,
             history_version=flow.history_version + 1,
             updated_at=now,
+            **_schedule(flow, version.cron, now),
         )
         .execution_options(synchronize_session=False)
     )

@@ -24,22 +24,22 @@ the expiry stays as the backstop.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.components.events import Event, TriggerContext, TriggerFunction
+from flowyard.components.registry import TriggerNode, TriggerProblem, trigger_node
 from flowyard.db.dialect import insert_ignore
 from flowyard.queue.trigger_lease import TriggerLease
 
 if TYPE_CHECKING:
-    from flowyard.components.registry import Component, Registry
+    pass
 
-__all__ = ["Event", "TriggerContext", "TriggerFunction"]  # their home is components/events.py
+# Their home is components/ (events.py, registry.py: the flows service asks for the trigger too).
+__all__ = ["Event", "TriggerContext", "TriggerFunction", "TriggerNode", "TriggerProblem", "trigger_node"]
 
 
 _MAX_KEY = 255
@@ -50,55 +50,6 @@ def idempotency_key(component: str, event_id: str) -> str:
     if len(key) <= _MAX_KEY:
         return key
     return f"{component}:sha256:{hashlib.sha256(event_id.encode()).hexdigest()}"
-
-
-@dataclass(frozen=True)
-class TriggerNode:
-    node_id: str
-    component: Component
-    function: str
-    fields: Mapping[str, Any]
-    credentials_id: str | None
-
-    @property
-    def events(self) -> TriggerFunction:
-        return self.component.events[self.function]
-
-
-class TriggerProblem(ValueError):
-    pass
-
-
-def trigger_node(graph: Mapping[str, Any], registry: Registry) -> TriggerNode | None:
-    """The flow's event-trigger node, if it has one (at most one is allowed)."""
-    nodes = graph.get("nodes") or []
-    targets = {e.get("target") for e in graph.get("edges") or []}
-    found: list[TriggerNode] = []
-    for node in nodes:
-        component = registry.get(node.get("componentId") or "")
-        if component is None or not component.events:
-            continue
-        function = node.get("function") or component.default_function
-        if function not in component.events:
-            continue
-        if node.get("id") in targets:
-            raise TriggerProblem(
-                f"node {node.get('id')}: the {component.id} {function} trigger has incoming edges"
-            )
-        found.append(
-            TriggerNode(
-                node_id=str(node["id"]),
-                component=component,
-                function=function,
-                fields=node.get("fields") or {},
-                credentials_id=node.get("credentials_id"),
-            )
-        )
-    if len(found) > 1:
-        raise TriggerProblem(
-            "a flow may have at most one event trigger: " + ", ".join(n.node_id for n in found)
-        )
-    return found[0] if found else None
 
 
 async def ensure(session: AsyncSession, flow_id: str, version: int) -> TriggerLease:

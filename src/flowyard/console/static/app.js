@@ -666,7 +666,7 @@ async function viewFlow(id) {
       canUpdate
         ? h("button", { type: "button", class: "secondary", disabled: flow.status !== "active", onclick: () => act(() => api("POST", `/flows/${id}/stop`)) }, "Stop")
         : null,
-      canUpdate && flow.status === "inactive" ? h("a", { class: "button secondary", href: `#/flows/${id}/edit` }, "Edit") : null,
+      canUpdate && (flow.status === "inactive" || flow.status === "active") ? h("a", { class: "button secondary", href: `#/flows/${id}/edit`, title: flow.status === "active" ? "Saving applies to executions that start afterwards." : "" }, "Edit") : null,
       hasPermission("tenant.flows.delete") && flow.status === "inactive"
         ? h(
             "button",
@@ -858,7 +858,7 @@ async function loadHistory(id, box, currentFlow, canUpdate, reloadFlow) {
       put(problems, errorBox(err));
     }
   };
-  const inactive = currentFlow().status === "inactive";
+  const editable = ["inactive", "active"].includes(currentFlow().status);
   put(box,
     h("h2", {}, "History"),
     h("p", { class: "muted" }, "A version is made by every change of the graph, the schedule or the error flow."),
@@ -870,7 +870,7 @@ async function loadHistory(id, box, currentFlow, canUpdate, reloadFlow) {
         h("td", {}, fmtTime(v.createdAt)),
         h("td", { class: "mono" }, v.author ? v.author.slice(-8) : "—"),
         h("td", {}, canUpdate && !v.current
-          ? h("button", { type: "button", class: "secondary", disabled: !inactive, title: inactive ? "" : "Stop the flow to restore a version.", onclick: () => restore(v.version) }, "Restore")
+          ? h("button", { type: "button", class: "secondary", disabled: !editable, title: editable ? "" : "Wait until the flow is active or inactive to restore a version.", onclick: () => restore(v.version) }, "Restore")
           : null),
       ))),
     ),
