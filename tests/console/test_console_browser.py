@@ -681,3 +681,175 @@ def test_credentials_page_and_the_picker(browser: Browser, server: str, tmp_path
     b.driver.execute_script("window.confirm = () => true")
     b.click("button[aria-label='Delete credentials partner']")
     b.wait_text(".empty", "No credentials yet")
+
+
+def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
+    browser: Browser,
+    server: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Issue 21's visual editor: webhook → http → sql plus a failure edge built on the canvas
+    (a step dragged from the palette, a step added by a click after the selected one, an edge
+    dragged from a port, forms generated from the components' schemas, a credential picked, an
+    edge removed with the Delete key, undo and redo), saved, started and run: the refused http
+    call takes the failure edge, drawn on the execution's graph, with the failed step's input.
+    Then a condition previewed on a sample message, and the phone's share: palette and forms."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    base = f"http://{server}"
+    password = _admin_password(tmp_path)
+    api = httpx.Client(base_url=base, timeout=10)
+    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
+    admin = {"Authorization": f"Bearer {token}"}
+    secret = {"name": "orders-db", "value": {"url": "sqlite:///orders.db"}}
+    r = api.post("/secrets", json=secret, headers=admin)
+    assert r.status_code == 201, r.text
+    sid = r.json()["data"]["id"]
+    b = browser
+    d = b.driver
+    b.go("/flows")
+    b.wait("sign-in form", lambda d: "#/login" in d.current_url)
+    b.find("input[name=username]").send_keys(ADMIN)
+    b.find("input[name=password]").send_keys(password)
+    b.click_text("button", "Sign in")
+    b.wait_text("main h1", "^Flows$")
+    b.go("/flows/new")
+    b.wait_text("main h1", "New flow")
+
+    def graph_now() -> dict[str, Any]:
+        return json.loads(b.find("textarea.mono").get_attribute("value"))  # type: ignore[no-any-return]
+
+    def node(node_id: str) -> Any:
+        return b.find(f"svg.canvas g[data-node='{node_id}']")
+
+    def labelled(label: str, tag: str = "*") -> Any:
+        return b.wait(
+            f"the control labelled {label}",
+            lambda d: d.find_element(
+                "xpath",
+                "//section[contains(@class,'visual-editor')]"
+                f"//label[.={json.dumps(label)}]/following-sibling::{tag}",
+            ),
+        )
+
+    def edge_button(text: str) -> Any:
+        return b.wait(
+            f"the edge {text} in the form",
+            lambda d: next((el for el in b.find_all(".edge-list button") if el.text == text), None),
+        )
+
+    # The palette is grouped and searchable.
+    groups = [el.text for el in b.find_all(".palette-group h3")]
+    assert groups == ["Triggers", "Steps"], groups
+    search = labelled("Components", "input")
+    search.send_keys("sql")
+    b.wait("the search narrows the palette", lambda d: len(b.find_all(".palette-item")) == 1)
+    search.send_keys(Keys.CONTROL, "a")
+    search.send_keys(Keys.BACKSPACE)
+    b.wait("every component again", lambda d: len(b.find_all(".palette-item")) > 5)
+
+    # Select "in", then drag http from the palette onto the canvas: it follows "in".
+    node("in").click()
+    ActionChains(d).click_and_hold(b.find(".palette-item[data-component='http']")).move_by_offset(
+        20, 10
+    ).move_to_element(b.find(".canvas-box")).release().perform()
+    b.wait("http on the canvas", lambda d: d.find_elements("css selector", "svg.canvas g[data-node='http']"))
+    g = graph_now()
+    assert {"source": "in", "target": "http"} in g["edges"], g
+    url = labelled("Url (required)", "input")
+    url.send_keys("http://127.0.0.1:9/orders", Keys.TAB)
+    b.wait("the url in the JSON", lambda d: graph_now()["nodes"][-1].get("fields", {}).get("url"))
+    Select(labelled("Method", "select")).select_by_value("POST")
+    # A click on sql in the palette adds it after the selected http.
+    b.find(".palette-item[data-component='sql']").click()
+    b.wait("sql on the canvas", lambda d: d.find_elements("css selector", "svg.canvas g[data-node='sql']"))
+    labelled("Statement (required)", "textarea").send_keys("INSERT INTO orders (id) VALUES (:id)", Keys.TAB)
+    labelled("Params", "textarea").send_keys('{"id": "id"}', Keys.TAB)
+    Select(labelled("Credentials", "select")).select_by_value(sid)
+    # A failure edge: dragged from http's port onto "out", then switched to "failure".
+    ActionChains(d).click_and_hold(b.find("svg.canvas circle[data-port='http']")).move_by_offset(
+        10, 10
+    ).move_to_element(node("out")).release().perform()
+    b.wait_text(".inspector h3", "Edge http → out")
+    Select(labelled("Runs on", "select")).select_by_value("failure")
+    b.wait("the failure edge", lambda d: d.find_elements("css selector", "svg.canvas path.edge-failure"))
+    b.check_page("visual-editor")
+    # The sample's in → out edge goes, by keyboard: the step focused, Enter, its edge, Delete.
+    node("in").send_keys(Keys.ENTER)
+    edge_button("in → out").click()
+    b.wait_text(".inspector h3", "Edge in → out")
+    ActionChains(d).send_keys(Keys.DELETE).perform()
+    b.wait("in → out removed", lambda d: {"source": "in", "target": "out"} not in graph_now()["edges"])
+    ActionChains(d).key_down(Keys.CONTROL).send_keys("z").key_up(Keys.CONTROL).perform()
+    b.wait("undone", lambda d: {"source": "in", "target": "out"} in graph_now()["edges"])
+    ActionChains(d).key_down(Keys.CONTROL).key_down(Keys.SHIFT).send_keys("z").key_up(Keys.SHIFT).key_up(
+        Keys.CONTROL
+    ).perform()
+    b.wait("redone", lambda d: {"source": "in", "target": "out"} not in graph_now()["edges"])
+
+    g = graph_now()
+    assert [n["id"] for n in g["nodes"]] == ["in", "out", "http", "sql"], g
+    assert sorted((e["source"], e["target"], e.get("on")) for e in g["edges"]) == [
+        ("http", "out", "failure"),
+        ("http", "sql", None),
+        ("in", "http", None),
+    ], g
+    http_node, sql_node = g["nodes"][2], g["nodes"][3]
+    assert http_node["fields"] == {"url": "http://127.0.0.1:9/orders", "method": "POST"}, http_node
+    assert sql_node["fields"] == {"statement": "INSERT INTO orders (id) VALUES (:id)", "params": {"id": "id"}}
+    assert sql_node["credentials_id"] == sid
+
+    b.find("main form input[type=text]").send_keys("Orders to the database")
+    b.click_text("button", "Create flow")
+    b.wait_text("main h1", "Orders to the database")
+    fid = re.search(r"#/flows/([0-9a-f]{24})", d.current_url).group(1)  # type: ignore[union-attr]
+    assert api.get(f"/flows/{fid}", headers=admin).json()["data"]["graph"] == g
+    b.click_text("button", "Start")
+    b.wait_text(".status-line", r"\bactive\b")
+    r = api.post(f"/webhooks/{fid}", json={"id": "A-1"})
+    assert r.status_code == 202, r.text
+    eid = r.json()["data"]["executionId"]
+    b.go(f"/executions/{eid}")
+    b.wait_text(".status-line", "succeeded")  # the failure edge handled the refused call
+    drawn = b.find("svg.graph").get_attribute("aria-label")
+    assert "http failed" in drawn and "out succeeded" in drawn and "sql not run" in drawn, drawn
+    failed = b.wait_text(".step-failed", "(?s)http.*Error: .*Input")
+    assert "refusing to connect to 127.0.0.1" in failed, failed
+    assert '"id": "A-1"' in failed, failed  # the failed step's input
+
+    # A condition on http → sql, previewed on a sample message, then saved on the active flow.
+    b.go(f"/flows/{fid}/edit")
+    b.wait_text("main h1", "Edit Orders to the database")
+    node("http").click()
+    edge_button("http → sql").click()
+    cond = labelled("Condition (JSONata)", "input")
+    cond.send_keys("id = 'A-1'", Keys.TAB)
+    sample = labelled("Sample message (JSON)", "textarea")
+    sample.clear()
+    sample.send_keys('{"id": "A-1"}')
+    b.click_text("button", "Preview")
+    b.wait_text(".inspector .trial-result", "Condition: true")
+    b.check_page("visual-editor-edge")
+    b.click_text("button", "Save")
+    b.wait_text("main h1", "^Orders to the database$")
+    saved = api.get(f"/flows/{fid}", headers=admin).json()["data"]
+    assert saved["status"] == "active"
+    assert [e.get("config") for e in saved["graph"]["edges"] if e["target"] == "sql"] == [
+        {"condition": "id = 'A-1'"}
+    ]
+
+    # On a phone: the palette and the forms (a click adds; undo takes it back).
+    b.size("phone")
+    b.go(f"/flows/{fid}/edit")
+    b.wait_text("main h1", "Edit Orders to the database")
+    node("sql").click()
+    b.find(".palette-item[data-component='log']").click()
+    b.wait("log added after sql", lambda d: {"source": "sql", "target": "log"} in graph_now()["edges"])
+    b.click_text("button", "Undo")
+    b.wait("the log step undone", lambda d: "log" not in [n["id"] for n in graph_now()["nodes"]])
+    b.size("desktop")
+    b.collect_logs()
+    assert not b.console_errors, b.console_errors
+    assert not b.failed_requests, b.failed_requests

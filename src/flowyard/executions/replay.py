@@ -106,11 +106,17 @@ async def _queue(
 
 def _failed_step(e: Execution) -> dict[str, Any] | None:
     """The step the execution failed at, with the message it failed on (None: no step failed,
-    or it was recorded before steps kept their input)."""
-    for step in steps_of(e):
-        if isinstance(step, dict) and step.get("status") == "failed" and isinstance(step.get("input"), dict):
+    or it was recorded before steps kept their input). A step whose failure a failure edge took
+    keeps its input too (the step debugger shows it): the one the execution's error names wins."""
+    failed = [
+        step
+        for step in steps_of(e)
+        if isinstance(step, dict) and step.get("status") == "failed" and isinstance(step.get("input"), dict)
+    ]
+    for step in failed:
+        if (e.error or "").startswith(f"step {step.get('nodeId')} failed:"):
             return step
-    return None
+    return failed[0] if failed else None
 
 
 async def retry(session: AsyncSession, principal: Principal, execution_id: str) -> Execution:

@@ -592,9 +592,11 @@ async def run_execution(
                     park_at = utcnow() + timedelta(seconds=wait)
                     pending.appendleft(item)
                     break
-                # Failed after its last attempt: on into its failure edges, if any.
+                # Failed after its last attempt: on into its failure edges, if any. The message it
+                # failed on is kept either way, so the step debugger shows it.
                 st.failed = True
                 st.error = failure.message
+                st.failed_on = None if depth_exceeds(message) else message
                 detail = f" (attempt {attempt} of {policy.max_attempts})" if policy.max_attempts > 1 else ""
                 logs.append(
                     _log(

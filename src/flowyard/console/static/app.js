@@ -911,6 +911,7 @@ async function viewEditor(id) {
   const renderSteps = () => put(steps, stepEditors(flow, graph, components, credentials));
   graph.addEventListener("change", renderSteps);
   renderSteps();
+  const visual = visualEditor(flow, graph, components, credentials);
   const controls = { name, description, type, cron, graph };
   const form = h(
     "form",
@@ -956,13 +957,548 @@ async function viewEditor(id) {
     field("Description", description),
     field("Type", type),
     field("Cron", cron, "Five fields (or six with seconds first) in UTC, e.g. */5 * * * *. Empty: the flow runs on webhooks."),
-    field("Graph (JSON)", graph, "nodes: [{id, componentId, function?, fields?}], edges: [{source, target, config?: {condition?, mapper?}}]."),
+    visual,
+    field("Graph as JSON", graph, "The same graph as text (every change above is written here; an edit here redraws it). nodes: [{id, componentId, function?, fields?}], edges: [{source, target, on?, config?: {condition?, mapper?}}]."),
     steps,
     general,
     h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
   );
   put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
   name.focus();
+}
+
+// ---------------------------------------------------------------- the visual editor
+// A palette from GET /components, the graph drawn by dagre (auto-layout: positions are not part
+// of a flow), steps added by a click or by dragging from the palette onto the canvas, edges by
+// dragging from a step's port onto another step (or "Connect to" in the form), a form per step
+// generated from its component's JSON schema, edges edited in place with a preview on a sample
+// message, undo/redo and keyboard shortcuts. The JSON below stays the source of truth: every
+// change is written into it, and an edit of the JSON redraws the canvas.
+
+function flatNodes(graph) {
+  const nodes = Array.isArray(graph.nodes) ? graph.nodes : [];
+  return nodes.length && Array.isArray(nodes[0]) ? nodes.flat() : nodes;
+}
+
+function readGraph(area) {
+  try {
+    const g = JSON.parse(area.value);
+    if (!g || typeof g !== "object" || Array.isArray(g)) return null;
+    return { ...g, nodes: flatNodes(g).filter((n) => n && typeof n === "object"), edges: Array.isArray(g.edges) ? g.edges.filter((e) => e && typeof e === "object") : [] };
+  } catch {
+    return null;
+  }
+}
+
+// The property's own schema (Optional[X] is anyOf [X, null]; $ref into $defs).
+function schemaOf(prop, root) {
+  let p = prop || {};
+  if (p.$ref && root && root.$defs) p = root.$defs[p.$ref.split("/").pop()] || {};
+  if (Array.isArray(p.anyOf)) {
+    const real = p.anyOf.filter((x) => x.type !== "null");
+    if (real.length === 1) p = { ...real[0], description: p.description, default: p.default, title: p.title };
+  }
+  return p;
+}
+
+// JSONata for the preview of an edge: a condition as its boolean, a mapper (an object whose
+// leaves are JSONata) as the object constructor it stands for.
+function mapperExpression(m) {
+  if (typeof m === "string") return `(${m})`;
+  if (Array.isArray(m)) return `[${m.map(mapperExpression).join(", ")}]`;
+  if (m && typeof m === "object") return `{${Object.entries(m).map(([k, v]) => `${JSON.stringify(k)}: ${mapperExpression(v)}`).join(", ")}}`;
+  return JSON.stringify(m);
+}
+
+function visualEditor(flow, graphArea, components, credentials) {
+  let graph = readGraph(graphArea) || { nodes: [], edges: [] };
+  let selected = null; // {node: id} or {edge: index}
+  const undo = [];
+  const redo = [];
+  const canvasBox = h("div", { class: "graph-box canvas-box" });
+  const inspector = h("div", { class: "inspector" });
+  const status = h("p", { class: "visually-hidden", role: "status" });
+
+  const write = () => {
+    graphArea.value = fmtJson(graph);
+    graphArea.dispatchEvent(new Event("change"));
+  };
+  const commit = (mutate, said) => {
+    const before = JSON.stringify(graph);
+    const next = JSON.parse(before);
+    mutate(next);
+    if (JSON.stringify(next) === before) return;
+    undo.push(before);
+    if (undo.length > 200) undo.shift();
+    redo.length = 0;
+    graph = next;
+    write();
+    render();
+    if (said) status.textContent = said;
+  };
+  const travel = (from, to, said) => {
+    if (!from.length) return;
+    to.push(JSON.stringify(graph));
+    graph = JSON.parse(from.pop());
+    if (selected && selected.node && !graph.nodes.some((n) => n.id === selected.node)) selected = null;
+    if (selected && selected.edge !== undefined && !graph.edges[selected.edge]) selected = null;
+    write();
+    render();
+    status.textContent = said;
+  };
+  const undoIt = () => travel(undo, redo, "Undone.");
+  const redoIt = () => travel(redo, undo, "Redone.");
+  // Typing in the JSON redraws as soon as the text parses (not on blur: a redraw there would
+  // move the page under the pointer that is pressing Save).
+  const fromText = () => {
+    const typed = readGraph(graphArea);
+    if (!typed || JSON.stringify(typed) === JSON.stringify(graph)) return;
+    undo.push(JSON.stringify(graph));
+    redo.length = 0;
+    graph = typed;
+    render();
+  };
+  graphArea.addEventListener("input", fromText);
+  graphArea.addEventListener("change", fromText);
+
+  const nodeById = (g, id) => g.nodes.find((n) => n.id === id);
+  const freshId = (base) => {
+    const stem = (base || "step").replace(/[^A-Za-z0-9_-]/g, "").slice(0, 40) || "step";
+    if (!graph.nodes.some((n) => n.id === stem)) return stem;
+    for (let i = 2; ; i++) if (!graph.nodes.some((n) => n.id === `${stem}-${i}`)) return `${stem}-${i}`;
+  };
+  const addNode = (componentId) => {
+    const id = freshId(componentId);
+    const from = selected && selected.node && nodeById(graph, selected.node) ? selected.node : null;
+    const comp = components.get(componentId);
+    commit((g) => {
+      g.nodes.push({ id, componentId });
+      // Added while a step is selected: connected after it, as the next step.
+      if (from && !(comp && comp.trigger)) g.edges.push({ source: from, target: id });
+    }, `Step ${id} added${from ? ` after ${from}` : ""}.`);
+    selected = { node: id };
+    render();
+    focusNode(id);
+  };
+  const addEdge = (source, target) => {
+    if (!source || !target || source === target) return;
+    if (graph.edges.some((e) => e.source === source && e.target === target && !e.on)) return;
+    commit((g) => g.edges.push({ source, target }), `Edge ${source} to ${target} added.`);
+    selected = { edge: graph.edges.length - 1 };
+    render();
+  };
+  const removeSelected = () => {
+    if (!selected) return;
+    if (selected.node) {
+      const id = selected.node;
+      selected = null;
+      commit((g) => {
+        g.nodes = g.nodes.filter((n) => n.id !== id);
+        g.edges = g.edges.filter((e) => e.source !== id && e.target !== id);
+      }, `Step ${id} deleted.`);
+    } else {
+      const i = selected.edge;
+      selected = null;
+      commit((g) => g.edges.splice(i, 1), "Edge deleted.");
+    }
+  };
+  const focusNode = (id) => {
+    const el = canvasBox.querySelector(`g[data-node="${CSS.escape(id)}"]`);
+    if (el) el.focus();
+  };
+
+  // -- the palette: grouped, searchable; a click adds, a drag onto the canvas adds.
+  const search = h("input", { type: "search", placeholder: "Search components", class: "palette-search" });
+  const list = h("div", { class: "palette-list" });
+  let drag = null;
+  const renderPalette = () => {
+    const q = search.value.trim().toLowerCase();
+    const all = [...components.values()].filter((c) => !q || c.id.includes(q) || (c.description || "").toLowerCase().includes(q));
+    const groups = [["Triggers", all.filter((c) => c.trigger || c.id === "webhook")], ["Steps", all.filter((c) => !(c.trigger || c.id === "webhook"))]];
+    put(list, groups.filter(([, items]) => items.length).map(([title, items]) => h("div", { class: "palette-group" },
+      h("h3", {}, title),
+      h("ul", {}, items.map((c) => h("li", {}, h("button", {
+        type: "button",
+        class: "palette-item secondary",
+        "data-component": c.id,
+        title: c.description,
+        "aria-label": `Add ${c.id}: ${c.description}`,
+        onpointerdown: (ev) => { drag = { componentId: c.id, x: ev.clientX, y: ev.clientY, moved: false }; },
+        onclick: () => {
+          if (drag && drag.moved) { drag = null; return; }
+          drag = null;
+          addNode(c.id);
+        },
+      }, c.id)))),
+    )), all.length ? null : h("p", { class: "muted" }, "No component matches."));
+  };
+  search.addEventListener("input", renderPalette);
+  renderPalette();
+
+  // -- dragging: a palette item onto the canvas, or a port onto a step.
+  let wire = null; // {source, path}
+  const svgPoint = (svg, ev) => {
+    const pt = svg.createSVGPoint();
+    pt.x = ev.clientX;
+    pt.y = ev.clientY;
+    return pt.matrixTransform(svg.getScreenCTM().inverse());
+  };
+  const onMove = (ev) => {
+    if (drag && Math.hypot(ev.clientX - drag.x, ev.clientY - drag.y) > 6) {
+      drag.moved = true;
+      canvasBox.classList.add("drop-target");
+    }
+    if (wire) {
+      const p = svgPoint(wire.svg, ev);
+      wire.path.setAttribute("d", `M${wire.x},${wire.y} L${p.x.toFixed(1)},${p.y.toFixed(1)}`);
+    }
+  };
+  const onUp = (ev) => {
+    canvasBox.classList.remove("drop-target");
+    const under = document.elementFromPoint(ev.clientX, ev.clientY);
+    if (drag && drag.moved) {
+      const componentId = drag.componentId;
+      if (under && canvasBox.contains(under)) {
+        const target = under.closest("g[data-node]");
+        if (target) selected = { node: target.getAttribute("data-node") };
+        addNode(componentId);
+      }
+      setTimeout(() => { drag = null; }, 0); // the click that follows the drag is not another add
+    } else drag = null;
+    if (wire) {
+      const target = under && under.closest && under.closest("g[data-node]");
+      const source = wire.source;
+      wire.path.remove();
+      wire = null;
+      if (target) addEdge(source, target.getAttribute("data-node"));
+    }
+  };
+  document.addEventListener("pointermove", onMove);
+  document.addEventListener("pointerup", onUp);
+  onLeave(() => {
+    document.removeEventListener("pointermove", onMove);
+    document.removeEventListener("pointerup", onUp);
+  });
+
+  // -- the canvas
+  const NS = "http://www.w3.org/2000/svg";
+  const s = (tag, attrs, text) => {
+    const el = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== undefined) el.setAttribute(k, v);
+    if (text !== undefined) el.textContent = text;
+    return el;
+  };
+  const drawCanvas = () => {
+    if (!graph.nodes.length) {
+      put(canvasBox, h("p", { class: "muted canvas-empty" }, "Drag a component here, or click one in the palette."));
+      return;
+    }
+    const g = new window.dagre.graphlib.Graph({ multigraph: true });
+    g.setGraph({ rankdir: "LR", nodesep: 30, ranksep: 90, marginx: 20, marginy: 20 });
+    g.setDefaultEdgeLabel(() => ({}));
+    const ids = new Set(graph.nodes.map((n) => n.id));
+    for (const n of graph.nodes) {
+      const label = String(n.name || n.id);
+      const sub = n.componentId ? `${n.componentId}${n.function ? `.${n.function}` : ""}` : "pass-through";
+      g.setNode(String(n.id), { label, sub, width: Math.max(130, 8 * Math.max(label.length, sub.length) + 34), height: 54 });
+    }
+    graph.edges.forEach((e, i) => {
+      if (!ids.has(e.source) || !ids.has(e.target)) return;
+      const cfg = e.config || {};
+      const parts = [];
+      if (e.on === "failure") parts.push("on failure");
+      if (cfg.condition) parts.push(`if ${cfg.condition}`);
+      if (cfg.mapper) parts.push("map");
+      const label = parts.join(" · ");
+      g.setEdge(e.source, e.target, { index: i, label, width: label ? Math.min(200, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
+    });
+    window.dagre.layout(g);
+    const info = g.graph();
+    const svg = s("svg", { viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`, class: "graph canvas", role: "group", "aria-label": `Canvas: ${graph.nodes.length} steps, ${graph.edges.length} edges` });
+    svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
+    const defs = s("defs", {});
+    const marker = s("marker", { id: "canvas-arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
+    marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
+    defs.append(marker);
+    svg.append(defs);
+    for (const e of g.edges()) {
+      const edge = g.edge(e);
+      const d = edge.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
+      const raw = graph.edges[edge.index];
+      const isSel = selected && selected.edge === edge.index;
+      const cls = `edge${raw.on === "failure" ? " edge-failure" : edge.label ? " edge-config" : ""}${isSel ? " selected" : ""}`;
+      const grp = s("g", { class: "canvas-edge", "data-edge": edge.index });
+      grp.append(s("path", { d, class: cls, "marker-end": "url(#canvas-arrow)" }));
+      const hit = s("path", { d, class: "edge-hit" });
+      grp.append(hit);
+      grp.addEventListener("click", () => { selected = { edge: edge.index }; render(); });
+      if (edge.label) {
+        const text = edge.label.length > 30 ? `${edge.label.slice(0, 29)}…` : edge.label;
+        grp.append(s("text", { x: edge.x, y: edge.y + 4, class: "edge-label", "text-anchor": "middle" }, text));
+      }
+      svg.append(grp);
+    }
+    for (const id of g.nodes()) {
+      const n = g.node(id);
+      const raw = nodeById(graph, id);
+      const isSel = selected && selected.node === id;
+      const grp = s("g", {
+        class: `node${isSel ? " selected" : ""}`,
+        transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})`,
+        "data-node": id,
+        tabindex: "0",
+        role: "button",
+        "aria-pressed": isSel ? "true" : "false",
+        "aria-label": `Step ${id}, ${raw && raw.componentId ? raw.componentId : "pass-through"}`,
+      });
+      grp.append(s("rect", { width: n.width, height: n.height, rx: 8 }));
+      grp.append(s("text", { x: n.width / 2 - 6, y: 23, "text-anchor": "middle", class: "node-label" }, n.label));
+      grp.append(s("text", { x: n.width / 2 - 6, y: 41, "text-anchor": "middle", class: "node-sub" }, n.sub));
+      const port = s("circle", { cx: n.width, cy: n.height / 2, r: 8, class: "port", "data-port": id });
+      port.append(s("title", {}, `Drag from here onto a step to connect ${id} to it`));
+      port.addEventListener("pointerdown", (ev) => {
+        ev.preventDefault();
+        ev.stopPropagation();
+        const x = n.x + n.width / 2;
+        const y = n.y;
+        const path = s("path", { d: `M${x},${y} L${x},${y}`, class: "edge wire" });
+        svg.append(path);
+        wire = { source: id, path, svg, x, y };
+      });
+      grp.append(port);
+      const pick = () => { selected = { node: id }; render(); focusNode(id); };
+      grp.addEventListener("click", pick);
+      grp.addEventListener("keydown", (ev) => {
+        if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); pick(); }
+      });
+      svg.append(grp);
+    }
+    put(canvasBox, svg);
+  };
+
+  // -- the inspector: a form for the selected step or edge.
+  const jsonArea = (value, rows) => h("textarea", { rows: rows || 3, class: "json-input", spellcheck: "false" }, value === undefined ? "" : fmtJson(value));
+  const nodeForm = (node) => {
+    const comp = components.get(node.componentId);
+    const parts = [h("h3", {}, `Step ${node.id}`), h("p", { class: "muted" }, comp ? comp.description : node.componentId ? `${node.componentId} (not installed)` : "pass-through: forwards its message")];
+    const idInput = h("input", { type: "text", value: node.id, maxlength: 64, class: "mono" });
+    idInput.addEventListener("change", () => {
+      const next = idInput.value.trim();
+      if (!next || next === node.id) return;
+      if (graph.nodes.some((n) => n.id === next)) { setFieldError(idInput, [`Another step is called ${next}.`]); return; }
+      const old = node.id;
+      selected = { node: next };
+      commit((g) => {
+        nodeById(g, old).id = next;
+        for (const e of g.edges) {
+          if (e.source === old) e.source = next;
+          if (e.target === old) e.target = next;
+        }
+      }, `Step ${old} renamed ${next}.`);
+    });
+    parts.push(field("Step id", idInput));
+    const nameInput = h("input", { type: "text", value: node.name || "" });
+    nameInput.addEventListener("change", () => commit((g) => {
+      const t = nodeById(g, node.id);
+      if (nameInput.value.trim()) t.name = nameInput.value.trim();
+      else delete t.name;
+    }));
+    parts.push(field("Display name", nameInput));
+    if (comp && comp.functions.length > 1) {
+      const fn = select(comp.functions.map((f) => [f.name, f.default ? `${f.name} (default)` : f.name]), node.function || (comp.functions.find((f) => f.default) || {}).name);
+      fn.addEventListener("change", () => commit((g) => { nodeById(g, node.id).function = fn.value; }));
+      parts.push(field("Function", fn));
+    }
+    const schema = comp ? comp.fields || {} : {};
+    const props = schema.properties || {};
+    const required = new Set(schema.required || []);
+    const values = node.fields || {};
+    for (const [name, raw] of Object.entries(props)) {
+      if (node.componentId === "code" && name === "source") continue; // its own editor, under Steps
+      const p = schemaOf(raw, schema);
+      const label = `${p.title || name}${required.has(name) ? " (required)" : ""}`;
+      const setField = (value) => commit((g) => {
+        const t = nodeById(g, node.id);
+        t.fields = { ...(t.fields || {}) };
+        if (value === undefined) delete t.fields[name];
+        else t.fields[name] = value;
+        if (!Object.keys(t.fields).length) delete t.fields;
+      });
+      let control;
+      const current = values[name];
+      if (Array.isArray(p.enum)) {
+        control = select([["", "(default)"], ...p.enum.map((v) => [String(v), String(v)])], current === undefined ? "" : String(current));
+        control.addEventListener("change", () => setField(control.value === "" ? undefined : p.enum.find((v) => String(v) === control.value)));
+      } else if (p.type === "boolean") {
+        control = select([["", `(default${p.default !== undefined ? `: ${p.default}` : ""})`], ["true", "true"], ["false", "false"]], current === undefined ? "" : String(current));
+        control.addEventListener("change", () => setField(control.value === "" ? undefined : control.value === "true"));
+      } else if (p.type === "integer" || p.type === "number") {
+        control = h("input", { type: "number", step: p.type === "integer" ? "1" : "any", value: current === undefined ? "" : String(current), placeholder: p.default !== undefined ? String(p.default) : "" });
+        control.addEventListener("change", () => setField(control.value === "" ? undefined : Number(control.value)));
+      } else if (p.type === "string") {
+        // Long texts (an SQL statement, a message body) get a text area, short ones a line.
+        const long = (p.maxLength || 0) >= 10000;
+        const shown = current === undefined ? "" : String(current);
+        const hint = p.default !== undefined && p.default !== null ? String(p.default) : "";
+        control = long ? h("textarea", { rows: 3, class: "json-input", spellcheck: "false", placeholder: hint }, shown) : h("input", { type: "text", value: shown, placeholder: hint });
+        control.addEventListener("change", () => setField(control.value === "" ? undefined : control.value));
+      } else {
+        control = jsonArea(current);
+        control.addEventListener("change", () => {
+          if (!control.value.trim()) { setFieldError(control, []); setField(undefined); return; }
+          try {
+            const v = JSON.parse(control.value);
+            setFieldError(control, []);
+            setField(v);
+          } catch (e) {
+            setFieldError(control, [`Not valid JSON: ${e.message}`]);
+          }
+        });
+      }
+      parts.push(field(label, control, p.description));
+    }
+    if (credentials && WITH_CREDENTIALS.has(node.componentId)) {
+      const current = node.credentials_id || "";
+      const options = [["", "none"], ...credentials.map((c) => [c.id, `${c.name} (${c.id.slice(0, 8)}…)`])];
+      if (current && !credentials.some((c) => c.id === current)) options.push([current, `${current} (not listed)`]);
+      const picker = select(options, current);
+      picker.addEventListener("change", () => commit((g) => {
+        const t = nodeById(g, node.id);
+        if (picker.value) t.credentials_id = picker.value;
+        else delete t.credentials_id;
+      }));
+      parts.push(field("Credentials", picker, "Stored under Administration → Credentials."));
+    }
+    const others = graph.nodes.filter((n) => n.id !== node.id);
+    if (others.length) {
+      const to = select(others.map((n) => [n.id, n.id]), others[0].id);
+      parts.push(h("div", { class: "connect" }, field("Connect to", to), h("button", { type: "button", class: "secondary", onclick: () => addEdge(node.id, to.value) }, "Add edge")));
+    }
+    const out = graph.edges.map((e, i) => [e, i]).filter(([e]) => e.source === node.id || e.target === node.id);
+    if (out.length) {
+      parts.push(h("h4", {}, "Edges"), h("ul", { class: "edge-list" }, out.map(([e, i]) => h("li", {}, h("button", { type: "button", class: "secondary small", onclick: () => { selected = { edge: i }; render(); } }, `${e.source} → ${e.target}${e.on === "failure" ? " (on failure)" : ""}`)))));
+    }
+    parts.push(h("div", { class: "actions" }, h("button", { type: "button", class: "danger", onclick: removeSelected }, `Delete step ${node.id}`)));
+    return parts;
+  };
+  const edgeForm = (edge, index) => {
+    const cfg = edge.config || {};
+    const parts = [h("h3", {}, `Edge ${edge.source} → ${edge.target}`)];
+    const on = select([["", "success (the message goes on)"], ["failure", "failure (the source step failed)"]], edge.on === "failure" ? "failure" : "");
+    on.addEventListener("change", () => commit((g) => {
+      if (on.value) g.edges[index].on = "failure";
+      else delete g.edges[index].on;
+    }));
+    parts.push(field("Runs on", on, "A failure edge takes the failed step's error and input (SPEC §11)."));
+    const cond = h("input", { type: "text", value: cfg.condition || "", class: "mono", placeholder: "e.g. total > 100" });
+    const mapper = jsonArea(cfg.mapper, 3);
+    const setConfig = (key, value) => commit((g) => {
+      const t = g.edges[index];
+      t.config = { ...(t.config || {}) };
+      if (value === undefined) delete t.config[key];
+      else t.config[key] = value;
+      if (!Object.keys(t.config).length) delete t.config;
+    });
+    cond.addEventListener("change", () => setConfig("condition", cond.value.trim() || undefined));
+    mapper.addEventListener("change", () => {
+      if (!mapper.value.trim()) { setFieldError(mapper, []); setConfig("mapper", undefined); return; }
+      try {
+        const v = JSON.parse(mapper.value);
+        if (!v || typeof v !== "object" || Array.isArray(v)) throw new Error("a mapper is an object");
+        setFieldError(mapper, []);
+        setConfig("mapper", v);
+      } catch (e) {
+        setFieldError(mapper, [`Not a JSON object: ${e.message}`]);
+      }
+    });
+    parts.push(field("Condition (JSONata)", cond, "The message takes this edge only when it is true."));
+    parts.push(field("Mapper (JSON object of JSONata)", mapper, "Reshapes the message on the way, e.g. {\"id\": \"order.id\"}."));
+    const sample = jsonArea({}, 3);
+    const result = h("div", { class: "trial-result", "aria-live": "polite" });
+    const preview = async () => {
+      let data;
+      try {
+        data = JSON.parse(sample.value || "{}");
+        setFieldError(sample, []);
+      } catch (e) {
+        setFieldError(sample, [`Not valid JSON: ${e.message}`]);
+        return;
+      }
+      const shown = [];
+      const run = async (what, expression) => {
+        try {
+          const res = await api("POST", `/flows/${flow.id}/test-step`, { node: { id: "preview", componentId: "jsonata", fields: { expression } }, data });
+          const x = res.data;
+          const value = Array.isArray(x.output) && x.output.length === 1 ? x.output[0] : x.output;
+          shown.push(h("p", {}, h("strong", {}, `${what}: `), x.status === "succeeded" ? h("code", {}, JSON.stringify(value)) : x.error));
+        } catch (err) {
+          shown.push(h("p", {}, h("strong", {}, `${what}: `), problemText((err.errors || [{ message: String(err) }])[0])));
+        }
+      };
+      if (cond.value.trim()) await run("Condition", `$boolean((${cond.value.trim()}))`);
+      let m = null;
+      try { m = mapper.value.trim() ? JSON.parse(mapper.value) : null; } catch { m = null; }
+      if (m) await run("Mapped message", mapperExpression(m));
+      if (!shown.length) shown.push(h("p", { class: "muted" }, "No condition or mapper to preview."));
+      put(result, shown);
+    };
+    if (flow) {
+      parts.push(field("Sample message (JSON)", sample, "Previewed in a runner as the engine would; nothing is stored."), h("div", { class: "actions" }, h("button", { type: "button", class: "secondary", onclick: preview }, "Preview")), result);
+    } else parts.push(h("p", { class: "help" }, "Create the flow to preview conditions and mappers."));
+    parts.push(h("div", { class: "actions" }, h("button", { type: "button", class: "danger", onclick: removeSelected }, "Delete edge")));
+    return parts;
+  };
+  const renderInspector = () => {
+    if (selected && selected.node) {
+      const node = nodeById(graph, selected.node);
+      if (node) return put(inspector, nodeForm(node));
+    }
+    if (selected && selected.edge !== undefined && graph.edges[selected.edge]) return put(inspector, edgeForm(graph.edges[selected.edge], selected.edge));
+    put(inspector, h("p", { class: "muted" }, "Select a step or an edge to edit it. Keys: Enter selects, Delete removes, Ctrl+Z undoes, Ctrl+Shift+Z redoes, Escape clears the selection."));
+  };
+  const render = () => {
+    drawCanvas();
+    renderInspector();
+    undoButton.disabled = !undo.length;
+    redoButton.disabled = !redo.length;
+  };
+  const undoButton = h("button", { type: "button", class: "secondary", onclick: undoIt, "aria-keyshortcuts": "Control+Z" }, "Undo");
+  const redoButton = h("button", { type: "button", class: "secondary", onclick: redoIt, "aria-keyshortcuts": "Control+Shift+Z" }, "Redo");
+  const box = h(
+    "section",
+    { class: "card visual-editor", "aria-labelledby": "visual-title" },
+    h("div", { class: "section-head" }, h("h2", { id: "visual-title" }, "Graph"), h("div", { class: "actions" }, undoButton, redoButton)),
+    h("div", { class: "visual-grid" },
+      h("div", { class: "palette", role: "region", "aria-label": "Components" }, field("Components", search), list),
+      h("div", { class: "canvas-col" }, canvasBox, inspector),
+    ),
+    status,
+  );
+  // On the document while the editor is shown: a click that rebuilt the form leaves the focus on
+  // the page's body, and the shortcuts still work there.
+  const onKey = (ev) => {
+    if (!box.isConnected || !(box.contains(ev.target) || ev.target === document.body)) return;
+    const typing = ev.target.closest && ev.target.closest("input, textarea, select");
+    const mod = ev.ctrlKey || ev.metaKey;
+    if (mod && !typing && (ev.key === "z" || ev.key === "Z")) {
+      ev.preventDefault();
+      if (ev.shiftKey) redoIt();
+      else undoIt();
+    } else if (mod && !typing && ev.key === "y") {
+      ev.preventDefault();
+      redoIt();
+    } else if (!typing && (ev.key === "Delete" || ev.key === "Backspace") && selected) {
+      ev.preventDefault();
+      removeSelected();
+    } else if (!typing && ev.key === "Escape" && selected) {
+      selected = null;
+      render();
+    }
+  };
+  document.addEventListener("keydown", onKey);
+  onLeave(() => document.removeEventListener("keydown", onKey));
+  render();
+  return box;
 }
 
 // A code step's source is edited here, not as a string inside the graph's JSON, and any step
