@@ -169,6 +169,50 @@ async def test_retry_goes_on_at_the_failed_step_and_rerun_starts_over(
         }
 
 
+async def test_retry_starts_at_the_step_that_failed_the_execution_not_a_handled_one(
+    engine_client: Client, factory: Factory
+) -> None:
+    """A step whose failure a failure edge took keeps its input (the step debugger shows it),
+    and the execution fails later at another step: a retry goes on at that later step."""
+    c = engine_client
+    member = await factory.user(tenant=await factory.tenant())
+    body = flow_body(
+        graph={
+            "nodes": [
+                {"id": "in", "componentId": "webhook"},
+                {"id": "first", "componentId": "jsonata", "fields": {"expression": '$error("first down")'}},
+                {"id": "fix", "componentId": "jsonata", "fields": {"expression": '{"fixed": true}'}},
+                {"id": "check", "componentId": "jsonata", "fields": {"expression": '$error("later")'}},
+            ],
+            "edges": [
+                {"source": "in", "target": "first"},
+                {"source": "first", "target": "fix", "on": "failure"},
+                {"source": "fix", "target": "check"},
+            ],
+        }
+    )
+    fid = await active_flow(c, member, body)
+    eid = (await c.post(f"/webhooks/{fid}", json={"n": 1})).json()["data"]["executionId"]
+    assert (await finished(c, member, eid))["status"] == "failed"
+    failed = await detail(c, member, eid)
+    assert step(failed, "first")["status"] == "failed"
+    assert step(failed, "first")["input"]["data"] == {"n": 1}
+    assert step(failed, "check")["input"]["data"] == {"fixed": True}
+    await stop(c, member, fid)
+    graph = (await c.get(f"/flows/{fid}", headers=member.headers)).json()["data"]["graph"]
+    graph["nodes"][3]["fields"]["expression"] = '{"ok": fixed}'
+    assert (await c.patch(f"/flows/{fid}", json={"graph": graph}, headers=member.headers)).status_code == 200
+    await start(c, member, fid)
+    r = await c.post(f"/executions/{eid}/retry", headers=member.headers)
+    assert r.status_code == 202, r.text
+    done = await finished(c, member, r.json()["data"]["id"])
+    assert done["status"] == "succeeded" and done["result"] == {"data": {"ok": True}}, done
+    again = await detail(c, member, done["id"])
+    # first and fix were carried over, not run again (a carried record keeps no input).
+    assert step(again, "first") == {k: v for k, v in step(failed, "first").items() if k != "input"}
+    assert step(again, "fix") == step(failed, "fix")
+
+
 async def test_retry_refuses_a_step_gone_from_the_flow(engine_client: Client, factory: Factory) -> None:
     c = engine_client
     member = await factory.user(tenant=await factory.tenant())
