@@ -822,6 +822,16 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     # A condition on http → sql, previewed on a sample message, then saved on the active flow.
     b.go(f"/flows/{fid}/edit")
     b.wait_text("main h1", "Edit Orders to the database")
+    # The sample of in → http taken from the execution above: what "in" emitted there.
+    node("in").click()
+    edge_button("in → http").click()
+    Select(labelled("Sample from a past execution (the output of in)", "select")).select_by_value(eid)
+    b.wait(
+        "the past input",
+        lambda d: (
+            json.loads(labelled("Sample message (JSON)", "textarea").get_attribute("value")) == {"id": "A-1"}
+        ),
+    )
     node("http").click()
     edge_button("http → sql").click()
     cond = labelled("Condition (JSONata)", "input")

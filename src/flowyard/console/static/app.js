@@ -1442,8 +1442,38 @@ function visualEditor(flow, graphArea, components, credentials) {
       if (!shown.length) shown.push(h("p", { class: "muted" }, "No condition or mapper to preview."));
       put(result, shown);
     };
+    // The sample may come from a past execution: what the edge's source step emitted there.
+    const past = select([["", "choose an execution"]], "");
+    const pastBox = h("div", {});
+    const loadPast = async () => {
+      try {
+        const res = await api("GET", `/executions${qs({ "filter[flowId]": flow.id, "page[size]": 10 })}`);
+        if (!res.data.length) return;
+        put(past, [["", "choose an execution"], ...res.data.map((e) => [e.id, `${fmtTime(e.createdAt)} · ${e.status} · ${e.id.slice(-8)}`])].map(([v, label]) => h("option", { value: v }, label)));
+        put(pastBox, field(`Sample from a past execution (the output of ${edge.source})`, past));
+      } catch {
+        /* no executions readable: the sample is typed */
+      }
+    };
+    past.addEventListener("change", async () => {
+      if (!past.value) return;
+      try {
+        const e = (await api("GET", `/executions/${past.value}`)).data;
+        const src = (e.steps || []).find((st) => st.nodeId === edge.source);
+        const out = src && Array.isArray(src.output) && src.output.length ? src.output[0] : null;
+        if (out === null) {
+          setFieldError(past, [`${edge.source} emitted nothing in that execution.`]);
+          return;
+        }
+        setFieldError(past, []);
+        sample.value = fmtJson(out);
+      } catch (err) {
+        setFieldError(past, [problemText((err.errors || [{ message: String(err) }])[0])]);
+      }
+    });
     if (flow) {
-      parts.push(field("Sample message (JSON)", sample, "Previewed in a runner as the engine would; nothing is stored."), h("div", { class: "actions" }, h("button", { type: "button", class: "secondary", onclick: preview }, "Preview")), result);
+      loadPast();
+      parts.push(pastBox, field("Sample message (JSON)", sample, "Previewed in a runner as the engine would; nothing is stored."), h("div", { class: "actions" }, h("button", { type: "button", class: "secondary", onclick: preview }, "Preview")), result);
     } else parts.push(h("p", { class: "help" }, "Create the flow to preview conditions and mappers."));
     parts.push(h("div", { class: "actions" }, h("button", { type: "button", class: "danger", onclick: removeSelected }, "Delete edge")));
     return parts;
