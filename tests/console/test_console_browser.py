@@ -762,6 +762,11 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     url.send_keys("http://127.0.0.1:9/orders", Keys.TAB)
     b.wait("the url in the JSON", lambda d: graph_now()["nodes"][-1].get("fields", {}).get("url"))
     Select(labelled("Method", "select")).select_by_value("POST")
+    b.find(".retry-form summary").click()
+    labelled("Attempts", "input").send_keys("3", Keys.TAB)
+    b.wait(
+        "the retry policy in the JSON", lambda d: graph_now()["nodes"][-1].get("retry") == {"maxAttempts": 3}
+    )
     # A click on sql in the palette adds it after the selected http.
     b.find(".palette-item[data-component='sql']").click()
     b.wait("sql on the canvas", lambda d: d.find_elements("css selector", "svg.canvas g[data-node='sql']"))
@@ -798,6 +803,7 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     ], g
     http_node, sql_node = g["nodes"][2], g["nodes"][3]
     assert http_node["fields"] == {"url": "http://127.0.0.1:9/orders", "method": "POST"}, http_node
+    assert http_node["retry"] == {"maxAttempts": 3}, http_node
     assert sql_node["fields"] == {"statement": "INSERT INTO orders (id) VALUES (:id)", "params": {"id": "id"}}
     assert sql_node["credentials_id"] == sid
 

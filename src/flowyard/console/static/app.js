@@ -1369,6 +1369,29 @@ function visualEditor(flow, graphArea, components, credentials) {
       }));
       parts.push(field("Credentials", picker, "Stored under Administration → Credentials."));
     }
+    if (comp && !comp.trigger && node.componentId !== "webhook") {
+      // SPEC §11: the step's retry policy; empty fields take the defaults.
+      const retry = node.retry || {};
+      const RETRY = [
+        ["maxAttempts", "Attempts", "1 (no retry) to 20", "1"],
+        ["initialInterval", "First wait (s)", "seconds before the second attempt", "1"],
+        ["backoff", "Backoff", "each wait is this many times the one before (≥ 1)", "2"],
+        ["maxInterval", "Longest wait (s)", "no wait is longer", "300"],
+      ];
+      const inputs = RETRY.map(([key, label, help, dflt]) => {
+        const input = h("input", { type: "number", step: "any", min: key === "maxAttempts" ? "1" : "0", value: retry[key] === undefined ? "" : String(retry[key]), placeholder: dflt });
+        input.addEventListener("change", () => commit((g) => {
+          const t = nodeById(g, node.id);
+          const next = { ...(t.retry || {}) };
+          if (input.value === "") delete next[key];
+          else next[key] = Number(input.value);
+          if (Object.keys(next).length) t.retry = next;
+          else delete t.retry;
+        }));
+        return field(label, input, help);
+      });
+      parts.push(h("details", { class: "retry-form", open: Boolean(node.retry) }, h("summary", {}, "Retry on failure"), h("div", { class: "retry-grid" }, inputs)));
+    }
     const others = graph.nodes.filter((n) => n.id !== node.id);
     if (others.length) {
       const to = select(others.map((n) => [n.id, n.id]), others[0].id);
