@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -869,3 +870,127 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     b.collect_logs()
     assert not b.console_errors, b.console_errors
     assert not b.failed_requests, b.failed_requests
+
+
+# What each button or link of the console asks of its caller (any one of the permissions).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "New flow": ("tenant.flows.create",),
+    "From a template": ("tenant.flows.create",),
+    "Browse the templates": ("flowTemplates.read",),
+    "Templates": ("flowTemplates.read",),
+    "Create flow": ("tenant.flows.create",),
+    "Start": ("tenant.flows.update",),
+    "Stop": ("tenant.flows.update",),
+    "Edit": ("tenant.flows.update",),
+    "Run now": ("tenant.flows.update",),
+    "Delete": ("tenant.flows.delete", "iam.secret.delete", "iam.token.delete"),
+    "Restore": ("tenant.flows.update",),
+    "Retry": ("tenant.flows.update",),
+    "Re-run": ("tenant.flows.update",),
+    "Cancel execution": ("tenant.flows.update",),
+    "Run again with this input": ("tenant.flows.update",),
+    "Store credentials": ("iam.secret.create",),
+}
+
+
+def test_every_button_a_caller_is_shown_is_one_it_may_use(
+    browser: Browser,
+    server: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Issue 21's permission-aware UI, for five kinds of caller: the administrator, a tenant's
+    member (the default permissions), an operator (read and update only), a reader (read only)
+    and a tenantless user (default permissions, its own flows). Each visits every page it is
+    offered: no button or link is shown that needs a permission it lacks, "Run now" (where
+    shown) works, and no page asks the API for anything that ends in a 401/403/404."""
+    base = f"http://{server}"
+    password = _admin_password(tmp_path)
+    api = httpx.Client(base_url=base, timeout=10)
+    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
+    admin = {"Authorization": f"Bearer {token}"}
+    r = api.post("/tenants", json={"name": "five-kinds"}, headers=admin)
+    assert r.status_code == 201, r.text
+    tenant = r.json().get("id") or r.json()["data"]["id"]
+    member_default = [
+        "tenant.flows.read",
+        "tenant.flows.create",
+        "tenant.flows.update",
+        "tenant.flows.delete",
+    ]
+    member_default += ["flowTemplates.read", "iam.token.create", "iam.token.delete"]
+    kinds: dict[str, tuple[str | None, list[str]]] = {
+        "member": (tenant, member_default),
+        "operator": (tenant, ["tenant.flows.read", "tenant.flows.update"]),
+        "reader": (tenant, ["tenant.flows.read"]),
+        "loner": (None, member_default),
+    }
+    callers: dict[str, tuple[str, str, set[str]]] = {ADMIN: (ADMIN, password, {"all"})}
+    for kind, (tid, perms) in kinds.items():
+        user = {"username": f"{kind}@example.com", "password": f"{kind}-password-1", "permissions": perms}
+        if tid:
+            user["tenant"] = tid
+        made = api.post("/api/users", json=user, headers=admin)
+        assert made.status_code == 201, made.text
+        callers[kind] = (user["username"], user["password"], set(perms))
+
+    def run_flow(headers: dict[str, str], **extra: Any) -> tuple[str, str]:
+        body = {
+            "name": "Visible",
+            "type": "ordinary",
+            "graph": {"nodes": [{"id": "in", "componentId": "webhook"}]},
+        }
+        r = api.post("/flows", json={**body, **extra}, headers=headers)
+        assert r.status_code == 201, r.text
+        fid = r.json()["data"]["id"]
+        assert api.post(f"/flows/{fid}/start", headers=headers).status_code == 200
+        for _ in range(200):
+            if api.get(f"/flows/{fid}", headers=headers).json()["data"]["status"] == "active":
+                break
+            time.sleep(0.05)
+        r = api.post(f"/webhooks/{fid}", json={"n": 1})
+        assert r.status_code == 202, r.text
+        return fid, r.json()["data"]["executionId"]
+
+    tenant_flow = run_flow(admin, tenant=tenant)
+    loner_token = api.post("/login", json={"username": "loner@example.com", "password": "loner-password-1"})
+    loner_flow = run_flow({"Authorization": f"Bearer {loner_token.json()['token']}"})
+
+    b = browser
+    for kind, (username, secret, perms) in callers.items():
+        fid, eid = loner_flow if kind == "loner" else tenant_flow
+        b.go("/login")
+        b.wait("sign-in form", lambda d: d.find_elements("css selector", "input[name=username]"))
+        b.find("input[name=username]").send_keys(username)
+        b.find("input[name=password]").send_keys(secret)
+        b.click_text("button", "Sign in")
+        b.wait_text("main h1", "^Flows$")
+        nav = [el.text for el in b.find_all("#nav a") if el.is_displayed()]
+        pages = ["/flows", f"/flows/{fid}", "/executions", f"/executions/{eid}", "/logs", "/counts"]
+        if "Templates" in nav:
+            pages.append("/templates")
+        if "Admin" in nav:
+            pages.append("/admin/tokens")
+        for page in pages:
+            b.go(page)
+            b.settle()
+            b.wait("the page drawn", lambda d: d.find_elements("css selector", "main h1"))
+            time.sleep(0.3)  # a live page's first refresh
+            shown = [el.text.strip() for el in b.find_all("#nav a, main a, main button") if el.is_displayed()]
+            for label in shown:
+                needed = NEEDS.get(label)
+                if needed and "all" not in perms:
+                    assert perms & set(needed), f"{kind} on {page} is offered {label!r} (needs {needed})"
+            if page == f"/flows/{fid}" and "Run now" in shown:
+                b.click_text("button", "Run now")
+                b.wait("the new execution", lambda d: "#/executions/" in d.current_url)
+            if page == f"/flows/{fid}":
+                assert ("Run now" in shown) == ("all" in perms or "tenant.flows.update" in perms), (
+                    kind,
+                    shown,
+                )
+                assert ("Edit" in shown) == ("all" in perms or "tenant.flows.update" in perms), (kind, shown)
+        b.click_text("button", "Sign out")
+        b.wait("sign-in form", lambda d: "#/login" in d.current_url)
+        b.collect_logs()
+        assert not b.console_errors, (kind, b.console_errors)
+        assert not b.failed_requests, (kind, b.failed_requests)
