@@ -198,6 +198,9 @@ async def test_retry_starts_at_the_step_that_failed_the_execution_not_a_handled_
     assert step(failed, "first")["status"] == "failed"
     assert step(failed, "first")["input"]["data"] == {"n": 1}
     assert step(failed, "check")["input"]["data"] == {"fixed": True}
+    # Every step keeps a sample of the data it received (the step debugger's input).
+    assert step(failed, "first")["inputs"] == [{"n": 1}]
+    assert step(failed, "check")["inputs"] == [{"fixed": True}]
     await stop(c, member, fid)
     graph = (await c.get(f"/flows/{fid}", headers=member.headers)).json()["data"]["graph"]
     graph["nodes"][3]["fields"]["expression"] = '{"ok": fixed}'

@@ -37,6 +37,9 @@ class Step(BaseModel):
     finishedAt: Timestamp
     error: str | None = None
     output: Any = Field(None, description="The data of the node's first few output messages.")
+    inputs: Any = Field(
+        None, description="The data of the node's first few input messages (a sample, like output)."
+    )
     input: Any = Field(
         None,
         description="A failed step only: the message (data, metadata) it failed on, where "

@@ -49,6 +49,9 @@ class StepRecord:
     # The message (data and metadata) a failed step failed on: where a retry goes on from
     # (``POST /executions/{id}/retry``, SPEC §11). None for a step that succeeded.
     input: Any = None
+    # The data of the first few messages the step received (a sample, like ``output``): the
+    # step debugger's input (served as ``inputs``).
+    inputs: Any = None
 
 
 @dataclass

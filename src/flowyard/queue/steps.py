@@ -31,6 +31,7 @@ def document(steps: Sequence[StepRecord]) -> list[dict[str, Any]]:
             "attempts": s.attempts,
             "attemptErrors": s.attempt_errors,
             **({"input": s.input} if s.input is not None else {}),
+            **({"inputs": s.inputs} if s.inputs is not None else {}),
         }
         for s in sorted(steps, key=lambda s: s.position)
     ]
@@ -56,4 +57,5 @@ def record(doc: dict[str, Any], position: int) -> StepRecord:
         attempts=int(doc.get("attempts", doc.get("runs", 1))),
         attempt_errors=list(doc.get("attemptErrors") or []),
         input=doc.get("input"),
+        inputs=doc.get("inputs"),
     )

@@ -208,6 +208,7 @@ _STEP_FIELDS = (
     "attempts",
     "attempt_errors",
     "input",  # a failed step's message, where a retry starts (SPEC §11)
+    "inputs",  # a sample of the data it received (the step debugger)
 )
 
 

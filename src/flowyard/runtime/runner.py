@@ -191,6 +191,7 @@ class _Stats:
     finished_at: Any = None
     error: str | None = None
     outputs: list[Any] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
     attempts: int = 0
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False  # failed after its last attempt (perhaps on into a failure edge)
@@ -210,6 +211,7 @@ class _Stats:
             finished_at=r.finished_at,
             error=r.error,
             outputs=list(r.output) if isinstance(r.output, list) else [],
+            inputs=list(r.inputs) if isinstance(r.inputs, list) else [],
             attempts=r.attempts,
             attempt_errors=list(r.attempt_errors),
             failed=r.status == "failed",
@@ -455,9 +457,13 @@ async def run_execution(
                     continue
                 message = assembled
                 st.runs += 1
+                if len(st.inputs) < _OUTPUT_SAMPLE:
+                    st.inputs.append(message["data"])
             elif item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
                 st.runs += 1
                 st.messages_in += 1
+                if len(st.inputs) < _OUTPUT_SAMPLE:
+                    st.inputs.append(message["data"])
             while True:  # the attempts at this message
                 attempt = item.attempt + 1
                 started = time.perf_counter()
@@ -683,6 +689,7 @@ async def run_execution(
                 attempts=st.attempts,
                 attempt_errors=st.attempt_errors[-_ATTEMPT_ERRORS:],
                 input=st.failed_on,
+                inputs=_sample(st.inputs),
             )
         )
         if waiting or st.summarised:

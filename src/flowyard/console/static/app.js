@@ -1914,7 +1914,9 @@ function stepCard(step, logs, logsUnavailable) {
               h("ol", {}, step.attemptErrors.map((a) => h("li", {}, h("span", { class: "muted" }, `#${a.attempt} · ${fmtTime(a.startedAt)} `), a.error))),
             )
           : null,
-        step.input !== null && step.input !== undefined ? h("h4", {}, "Input") : null,
+        step.inputs !== null && step.inputs !== undefined ? h("h4", {}, "Input") : null,
+        step.inputs !== null && step.inputs !== undefined ? h("pre", { tabindex: 0 }, fmtJson(step.inputs)) : null,
+        step.input !== null && step.input !== undefined ? h("h4", {}, "Input it failed on (where a retry starts)") : null,
         step.input !== null && step.input !== undefined ? h("pre", { tabindex: 0 }, fmtJson(step.input)) : null,
         h("h4", {}, "Output"),
         h("pre", { tabindex: 0 }, step.output === null || step.output === undefined ? "—" : fmtJson(step.output)),
