@@ -963,7 +963,8 @@ async function viewEditor(id) {
     general,
     h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
   );
-  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), form);
+  const history = flow ? h("p", { class: "muted" }, `Version ${flow.version}${flow.status === "active" ? " · active: a save applies to executions accepted afterwards" : ""} · `, h("a", { href: `#/flows/${flow.id}` }, "history, diff and restore on the flow's page")) : null;
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), history, form);
   name.focus();
 }
 
@@ -1490,12 +1491,15 @@ function visualEditor(flow, graphArea, components, credentials) {
         }
         setFieldError(past, []);
         sample.value = fmtJson(out);
+        sample.dispatchEvent(new Event("change"));
       } catch (err) {
         setFieldError(past, [problemText((err.errors || [{ message: String(err) }])[0])]);
       }
     });
     if (flow) {
       loadPast();
+      // Live: the preview runs again whenever the condition, the mapper or the sample changes.
+      for (const control of [cond, mapper, sample]) control.addEventListener("change", () => { if (cond.value.trim() || mapper.value.trim()) preview(); });
       parts.push(pastBox, field("Sample message (JSON)", sample, "Previewed in a runner as the engine would; nothing is stored."), h("div", { class: "actions" }, h("button", { type: "button", class: "secondary", onclick: preview }, "Preview")), result);
     } else parts.push(h("p", { class: "help" }, "Create the flow to preview conditions and mappers."));
     parts.push(h("div", { class: "actions" }, h("button", { type: "button", class: "danger", onclick: removeSelected }, "Delete edge")));
