@@ -457,13 +457,13 @@ async def run_execution(
                     continue
                 message = assembled
                 st.runs += 1
-                if len(st.inputs) < _OUTPUT_SAMPLE:
-                    st.inputs.append(message["data"])
+                if len(st.inputs) < _OUTPUT_SAMPLE and not depth_exceeds(message):
+                    st.inputs.append(message["data"])  # a sample the outcome can carry
             elif item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
                 st.runs += 1
                 st.messages_in += 1
-                if len(st.inputs) < _OUTPUT_SAMPLE:
-                    st.inputs.append(message["data"])
+                if len(st.inputs) < _OUTPUT_SAMPLE and not depth_exceeds(message):
+                    st.inputs.append(message["data"])  # a sample the outcome can carry
             while True:  # the attempts at this message
                 attempt = item.attempt + 1
                 started = time.perf_counter()
