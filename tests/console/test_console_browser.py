@@ -852,6 +852,9 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     b.click_text("button", "Save")
     b.wait_text("main h1", "^Orders to the database$")
     saved = api.get(f"/flows/{fid}", headers=admin).json()["data"]
+    # The editor shows the history: version 2 (this save) above version 1.
+    b.go(f"/flows/{fid}/edit")
+    b.wait_text("section[aria-label='History'] table", r"2 \(current\)")
     assert saved["status"] == "active"
     assert [e.get("config") for e in saved["graph"]["edges"] if e["target"] == "sql"] == [
         {"condition": "id = 'A-1'"}

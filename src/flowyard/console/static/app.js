@@ -963,9 +963,16 @@ async function viewEditor(id) {
     general,
     h("div", { class: "actions" }, h("button", { type: "submit" }, flow ? "Save" : "Create flow"), h("a", { class: "button secondary", href: flow ? `#/flows/${flow.id}` : "#/flows" }, "Cancel")),
   );
-  const history = flow ? h("p", { class: "muted" }, `Version ${flow.version}${flow.status === "active" ? " · active: a save applies to executions accepted afterwards" : ""} · `, h("a", { href: `#/flows/${flow.id}` }, "history, diff and restore on the flow's page")) : null;
-  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), history, form);
+  const history = flow ? h("p", { class: "muted" }, `Version ${flow.version}${flow.status === "active" ? " · active: a save applies to executions accepted afterwards" : ""} · the history is under the form`) : null;
+  // SPEC §12: the flow's versions under the editor (diff any two; Restore reloads the editor).
+  const historyBox = h("div", {});
+  put(main, h("p", { class: "crumbs" }, h("a", { href: "#/flows" }, "Flows"), " / "), h("h1", {}, flow ? `Edit ${flow.name}` : "New flow"), history, form, flow ? h("section", { class: "card", "aria-label": "History" }, historyBox) : null);
   name.focus();
+  if (flow) {
+    await loadHistory(flow.id, historyBox, () => flow, hasPermission("tenant.flows.update"), async () => {
+      await viewEditor(flow.id);
+    });
+  }
 }
 
 // ---------------------------------------------------------------- the visual editor
