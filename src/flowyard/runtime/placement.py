@@ -332,6 +332,19 @@ class Placement:
         groups = {t.group for t in self.tickets.values()}
         return max(1, (self.base + self.surge) // max(1, len(groups)))
 
+    def _joinable(self, group: str) -> list[Seat]:
+        """The group's busy runners that can take one more of its executions."""
+        return [
+            s
+            for s in self.seats.values()
+            if self._usable(s)
+            and s.group == group
+            and s.jobs
+            and not s.alone
+            and not s.draining
+            and len(s.jobs) < self.capacity
+        ]
+
     def _reserved(self, seat: Seat) -> bool:
         """Empty, demoted, kept for the penalised group that held it."""
         return seat.demoted and not seat.jobs
@@ -357,16 +370,7 @@ class Placement:
             if self._held().get(group, 0) >= 1:
                 if alone:
                     return None
-                own = [
-                    s
-                    for s in self.seats.values()
-                    if self._usable(s)
-                    and s.group == group
-                    and s.jobs
-                    and not s.alone
-                    and not s.draining
-                    and len(s.jobs) < self.capacity
-                ]
+                own = self._joinable(group)
                 return min(own, key=lambda s: (len(s.jobs), s.rid)) if own else None
             mine = [s for s in free if s.demoted]
             if not mine and self._others_wait(group):
@@ -377,16 +381,7 @@ class Placement:
             return min(free, key=lambda s: (s.fresh != fresh, s.surge, s.rid)) if free else None
         if penalised:
             return min(free, key=lambda s: (s.fresh, s.surge, s.rid)) if free else None
-        own = [
-            s
-            for s in self.seats.values()
-            if self._usable(s)
-            and s.group == group
-            and s.jobs
-            and not s.alone
-            and not s.draining
-            and len(s.jobs) < self.capacity
-        ]
+        own = self._joinable(group)
         first = [s for s in own if not s.demoted]
         cool_first = [s for s in first if not s.hot]
         if cool_first:

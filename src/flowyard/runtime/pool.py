@@ -295,10 +295,9 @@ class RunnerPool:
                 r.retiring = True
                 _sigkill(r)
         if plan.demote:
-            nice = min(19, self.settings.runner_nice + self.settings.runner_demote_nice)
             for rid in plan.demote:
                 if (r := by_rid.get(rid)) is not None:
-                    _renice(r.pid, nice)
+                    _renice(r.pid, self._demoted_nice)
                     self.demoted += 1
 
     def _send_job(self, r: _Runner, job: _Job) -> None:
@@ -355,6 +354,11 @@ class RunnerPool:
 
     # -- runner life ---------------------------------------------------------------------
 
+    @property
+    def _demoted_nice(self) -> int:
+        """The niceness of a demoted runner (at most 19, the lowest priority)."""
+        return min(19, self.settings.runner_nice + self.settings.runner_demote_nice)
+
     def _spawn(self, index: int, delay: float, surge: bool = False, reserved_for: str | None = None) -> None:
         task = asyncio.create_task(
             self._run_runner(index, delay, surge, reserved_for), name=f"flowyard-runner-{index}"
@@ -365,9 +369,8 @@ class RunnerPool:
     async def _run_runner(self, index: int, delay: float, surge: bool, reserved_for: str | None) -> None:
         if delay:
             await asyncio.sleep(delay)
-        nice = self.settings.runner_nice
-        if reserved_for is not None:  # for a penalised tenant: demoted from the start
-            nice = min(19, nice + self.settings.runner_demote_nice)
+        # For a penalised tenant: demoted from the start.
+        nice = self.settings.runner_nice if reserved_for is None else self._demoted_nice
         fd = os.memfd_create(f"flowyard-runner-{index}")
         try:
             os.ftruncate(fd, SLOT_SIZE)

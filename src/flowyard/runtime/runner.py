@@ -198,6 +198,11 @@ class _Stats:
     summarised: bool = False  # carried over and not run again: no new summary log entry
     failed_on: Any = None  # the message the step failed on (a retry starts from it)
 
+    def took(self, message: Any) -> None:
+        """A message the step runs on: kept in its input sample (one the outcome can carry)."""
+        if len(self.inputs) < _OUTPUT_SAMPLE and not depth_exceeds(message):
+            self.inputs.append(message["data"])
+
     @classmethod
     def of_record(cls, r: StepRecord) -> _Stats:
         """A step carried over by a continuation, to go on counting from."""
@@ -457,13 +462,11 @@ async def run_execution(
                     continue
                 message = assembled
                 st.runs += 1
-                if len(st.inputs) < _OUTPUT_SAMPLE and not depth_exceeds(message):
-                    st.inputs.append(message["data"])  # a sample the outcome can carry
+                st.took(message)
             elif item.attempt == 0:  # a new arrival (a parked delay was uncounted when it parked)
                 st.runs += 1
                 st.messages_in += 1
-                if len(st.inputs) < _OUTPUT_SAMPLE and not depth_exceeds(message):
-                    st.inputs.append(message["data"])  # a sample the outcome can carry
+                st.took(message)
             while True:  # the attempts at this message
                 attempt = item.attempt + 1
                 started = time.perf_counter()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -34,9 +33,6 @@ from flowyard.components.events import Event, TriggerContext, TriggerFunction
 from flowyard.components.registry import TriggerNode, TriggerProblem, trigger_node
 from flowyard.db.dialect import insert_ignore
 from flowyard.queue.trigger_lease import TriggerLease
-
-if TYPE_CHECKING:
-    pass
 
 # Their home is components/ (events.py, registry.py: the flows service asks for the trigger too).
 __all__ = ["Event", "TriggerContext", "TriggerFunction", "TriggerNode", "TriggerProblem", "trigger_node"]
