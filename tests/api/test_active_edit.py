@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
 from flowyard.flows.models import Flow
-from tests.api.test_flows import World, assert_error, set_status
+from tests.api.test_flows import World, assert_error, make_world, set_status
 from tests.conftest import Account, Factory, flow_body, wait_until
 
 SLOW = {
@@ -42,18 +42,7 @@ QUICK = {
 
 @pytest.fixture
 async def world(factory: Factory, admin: Account) -> World:
-    tenant_a = await factory.tenant("tenant-a")
-    tenant_b = await factory.tenant("tenant-b")
-    return World(
-        admin=admin,
-        tenant_a=tenant_a,
-        tenant_b=tenant_b,
-        alice=await factory.user(tenant=tenant_a),
-        anna=await factory.user(tenant=tenant_a),
-        bob=await factory.user(tenant=tenant_b),
-        nobody=await factory.user(tenant=tenant_a, permissions=[]),
-        reader=await factory.user(tenant=tenant_a, permissions=["tenant.flows.read"]),
-    )
+    return await make_world(factory, admin)
 
 
 def _mqtt_graph(topic: str) -> dict[str, Any]:

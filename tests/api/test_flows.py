@@ -43,6 +43,11 @@ class World:
 
 @pytest.fixture
 async def world(factory: Factory, admin: Account) -> World:
+    return await make_world(factory, admin)
+
+
+async def make_world(factory: Factory, admin: Account) -> World:
+    """Two tenants and their members (other test modules build the same world with it)."""
     tenant_a = await factory.tenant("tenant-a")
     tenant_b = await factory.tenant("tenant-b")
     return World(

@@ -249,12 +249,24 @@ def _admin_password(tmp_path: Path) -> str:
     return found.group(1)
 
 
-def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None:  # noqa: F811
-    base = f"http://{server}"
+def _admin_api(address: str, tmp_path: Path) -> tuple[httpx.Client, dict[str, str], str]:
+    """An API client of the served console, the administrator's bearer header and password."""
     password = _admin_password(tmp_path)
-    api = httpx.Client(base_url=base, timeout=10)
+    api = httpx.Client(base_url=f"http://{address}", timeout=10)
     token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
-    admin = {"Authorization": f"Bearer {token}"}
+    return api, {"Authorization": f"Bearer {token}"}, password
+
+
+def _sign_in(b: Browser, username: str, password: str) -> None:
+    """On the sign-in form: sign in and land on the flows."""
+    b.find("input[name=username]").send_keys(username)
+    b.find("input[name=password]").send_keys(password)
+    b.click_text("button", "Sign in")
+    b.wait_text("main h1", "^Flows$")
+
+
+def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None:  # noqa: F811
+    api, admin, password = _admin_api(server, tmp_path)
     assert api.post("/templates", json=TEMPLATE, headers=admin).status_code == 201
     from selenium.webdriver.support.ui import Select
 
@@ -266,10 +278,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
     b.check_page("signin")
     assert not b.find("#signout").is_displayed() and not b.find("#nav").is_displayed()
-    b.find("input[name=username]").send_keys(ADMIN)
-    b.find("input[name=password]").send_keys(password)
-    b.click_text("button", "Sign in")
-    b.wait_text("main h1", "^Flows$")
+    _sign_in(b, ADMIN, password)
     b.wait_text(".empty", "No flows yet")
     assert d.execute_script("return window.localStorage.length") == 0
     assert d.execute_script("return sessionStorage.getItem('flowyard.token')")
@@ -531,10 +540,7 @@ def test_console_scenario(browser: Browser, server: str, tmp_path: Path) -> None
         headers=admin,
     )
     assert made.status_code == 201, made.text
-    b.find("input[name=username]").send_keys(reader[0])
-    b.find("input[name=password]").send_keys(reader[1])
-    b.click_text("button", "Sign in")
-    b.wait_text("main h1", "^Flows$")
+    _sign_in(b, reader[0], reader[1])
     b.wait_text(".empty", r"^No flows yet\.$")
     shown = [el.text for el in b.find_all("#nav a, main a, main button") if el.is_displayed()]
     for offered in ("Templates", "New flow", "From a template", "Browse the templates"):
@@ -552,11 +558,7 @@ def test_code_step_editor_and_test_this_step(browser: Browser, server: str, tmp_
     """Issue 20's console: a code step's source in a highlighted editor (not a string inside the
     graph's JSON), typed by keyboard and written back into the graph, and "Test step" running
     it alone on a sample message in a runner; a throwing step shows its error with the line."""
-    base = f"http://{server}"
-    password = _admin_password(tmp_path)
-    api = httpx.Client(base_url=base, timeout=10)
-    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
-    admin = {"Authorization": f"Bearer {token}"}
+    api, admin, password = _admin_api(server, tmp_path)
     graph = {
         "nodes": [
             {"id": "in", "componentId": "webhook"},
@@ -574,10 +576,7 @@ def test_code_step_editor_and_test_this_step(browser: Browser, server: str, tmp_
     b = browser
     b.go("/flows")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
-    b.find("input[name=username]").send_keys(ADMIN)
-    b.find("input[name=password]").send_keys(password)
-    b.click_text("button", "Sign in")
-    b.wait_text("main h1", "^Flows$")
+    _sign_in(b, ADMIN, password)
     b.go(f"/flows/{fid}/edit")
     b.wait_text("main h1", "Edit Coded")
     b.wait(
@@ -619,11 +618,7 @@ def test_code_step_editor_and_test_this_step(browser: Browser, server: str, tmp_
 def test_credentials_page_and_the_picker(browser: Browser, server: str, tmp_path: Path) -> None:  # noqa: F811
     """Issue 21's credentials: stored, listed without their values, rotated and deleted from
     Administration → Credentials, and picked for a step in the flow editor."""
-    base = f"http://{server}"
-    password = _admin_password(tmp_path)
-    api = httpx.Client(base_url=base, timeout=10)
-    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
-    admin = {"Authorization": f"Bearer {token}"}
+    api, admin, password = _admin_api(server, tmp_path)
     graph = {
         "nodes": [
             {"id": "in", "componentId": "webhook"},
@@ -641,10 +636,7 @@ def test_credentials_page_and_the_picker(browser: Browser, server: str, tmp_path
     b = browser
     b.go("/flows")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
-    b.find("input[name=username]").send_keys(ADMIN)
-    b.find("input[name=password]").send_keys(password)
-    b.click_text("button", "Sign in")
-    b.wait_text("main h1", "^Flows$")
+    _sign_in(b, ADMIN, password)
     b.go("/admin/credentials")
     b.wait_text(".empty", "No credentials yet")
     b.driver.find_element("xpath", "//label[.='Name']/following-sibling::input").send_keys("partner")
@@ -699,11 +691,7 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
-    base = f"http://{server}"
-    password = _admin_password(tmp_path)
-    api = httpx.Client(base_url=base, timeout=10)
-    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
-    admin = {"Authorization": f"Bearer {token}"}
+    api, admin, password = _admin_api(server, tmp_path)
     secret = {"name": "orders-db", "value": {"url": "sqlite:///orders.db"}}
     r = api.post("/secrets", json=secret, headers=admin)
     assert r.status_code == 201, r.text
@@ -712,10 +700,7 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     d = b.driver
     b.go("/flows")
     b.wait("sign-in form", lambda d: "#/login" in d.current_url)
-    b.find("input[name=username]").send_keys(ADMIN)
-    b.find("input[name=password]").send_keys(password)
-    b.click_text("button", "Sign in")
-    b.wait_text("main h1", "^Flows$")
+    _sign_in(b, ADMIN, password)
     b.go("/flows/new")
     b.wait_text("main h1", "New flow")
 
@@ -773,7 +758,7 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     b.wait("sql on the canvas", lambda d: d.find_elements("css selector", "svg.canvas g[data-node='sql']"))
     labelled("Statement (required)", "textarea").send_keys("INSERT INTO orders (id) VALUES (:id)", Keys.TAB)
     labelled("Params", "textarea").send_keys('{"id": "id"}', Keys.TAB)
-    Select(labelled("Credentials", "select")).select_by_value(sid)
+    Select(labelled("Credentials of step sql", "select")).select_by_value(sid)
     # A failure edge: dragged from http's port onto "out", then switched to "failure".
     ActionChains(d).click_and_hold(b.find("svg.canvas circle[data-port='http']")).move_by_offset(
         10, 10
@@ -874,7 +859,7 @@ def test_visual_editor_builds_a_flow_by_mouse_and_keyboard(
     b.wait("sql after http", lambda d: {"source": "http", "target": "sql"} in graph_now()["edges"])
     labelled("Statement (required)", "textarea").send_keys("INSERT INTO orders (id) VALUES (:id)", Keys.TAB)
     labelled("Params", "textarea").send_keys('{"id": "id"}', Keys.TAB)
-    Select(labelled("Credentials", "select")).select_by_value(sid)
+    Select(labelled("Credentials of step sql", "select")).select_by_value(sid)
     node("http").click()
     b.wait_text(".inspector h3", "Step http")
     Select(labelled("Connect to", "select")).select_by_value("out")
@@ -934,11 +919,7 @@ def test_every_button_a_caller_is_shown_is_one_it_may_use(
     and a tenantless user (default permissions, its own flows). Each visits every page it is
     offered: no button or link is shown that needs a permission it lacks, "Run now" (where
     shown) works, and no page asks the API for anything that ends in a 401/403/404."""
-    base = f"http://{server}"
-    password = _admin_password(tmp_path)
-    api = httpx.Client(base_url=base, timeout=10)
-    token = api.post("/login", json={"username": ADMIN, "password": password}).json()["token"]
-    admin = {"Authorization": f"Bearer {token}"}
+    api, admin, password = _admin_api(server, tmp_path)
     r = api.post("/tenants", json={"name": "five-kinds"}, headers=admin)
     assert r.status_code == 201, r.text
     tenant = r.json().get("id") or r.json()["data"]["id"]
@@ -991,10 +972,7 @@ def test_every_button_a_caller_is_shown_is_one_it_may_use(
         fid, eid = loner_flow if kind == "loner" else tenant_flow
         b.go("/login")
         b.wait("sign-in form", lambda d: d.find_elements("css selector", "input[name=username]"))
-        b.find("input[name=username]").send_keys(username)
-        b.find("input[name=password]").send_keys(secret)
-        b.click_text("button", "Sign in")
-        b.wait_text("main h1", "^Flows$")
+        _sign_in(b, username, secret)
         nav = [el.text for el in b.find_all("#nav a") if el.is_displayed()]
         pages = ["/flows", f"/flows/{fid}", "/executions", f"/executions/{eid}", "/logs", "/counts"]
         if "Templates" in nav:

@@ -521,6 +521,30 @@ async function viewFlows(_m, query) {
 
 // runs: optional Map nodeId -> step status (an execution drawn on its graph); a node without
 // one did not run (skipped, or not reached yet).
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+// An SVG element; attributes that are null or undefined are left out.
+function svgEl(tag, attrs, text) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== undefined) el.setAttribute(k, v);
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+// The <svg> of a dagre layout (`info`: its graph label) with an arrow marker `markerId`
+// for the edges; natural size up to 640 px wide at least, so a phone scrolls the graph rather
+// than shrinking it.
+function graphSvg(info, markerId, attrs) {
+  const svg = svgEl("svg", { viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`, ...attrs });
+  svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
+  const marker = svgEl("marker", { id: markerId, viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
+  marker.append(svgEl("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
+  const defs = svgEl("defs", {});
+  defs.append(marker);
+  svg.append(defs);
+  return svg;
+}
+
 function drawGraph(graph, runs) {
   const nodes = graph.nodes || [];
   const edges = graph.edges || [];
@@ -553,29 +577,14 @@ function drawGraph(graph, runs) {
     g.setEdge(e.source, e.target, { label, failure: e.on === "failure", width: label ? Math.min(220, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
   });
   window.dagre.layout(g);
-  const NS = "http://www.w3.org/2000/svg";
-  const s = (tag, attrs, text) => {
-    const el = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
-    if (text !== undefined) el.textContent = text;
-    return el;
-  };
-  const info = g.graph();
-  const svg = s("svg", {
-    viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`,
+  const s = svgEl;
+  const svg = graphSvg(g.graph(), "arrow", {
     role: "img",
     "aria-label": runs
       ? `The run on the flow's graph: ${nodes.map((n) => `${n.id} ${runs.get(n.id) || "not run"}`).join(", ")}`
       : `Flow graph: ${nodes.length} nodes, ${edges.length} edges`,
     class: "graph",
   });
-  // Natural size up to 640 px wide at least, so a phone scrolls the graph rather than shrinking it.
-  svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
-  const defs = s("defs", {});
-  const marker = s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
-  marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
-  defs.append(marker);
-  svg.append(defs);
   for (const e of g.edges()) {
     const edge = g.edge(e);
     const d = edge.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
@@ -1189,13 +1198,7 @@ function visualEditor(flow, graphArea, components, credentials) {
   });
 
   // -- the canvas
-  const NS = "http://www.w3.org/2000/svg";
-  const s = (tag, attrs, text) => {
-    const el = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== undefined) el.setAttribute(k, v);
-    if (text !== undefined) el.textContent = text;
-    return el;
-  };
+  const s = svgEl;
   const drawCanvas = () => {
     if (!graph.nodes.length) {
       put(canvasBox, h("p", { class: "muted canvas-empty" }, "Drag a component here, or click one in the palette."));
@@ -1221,14 +1224,7 @@ function visualEditor(flow, graphArea, components, credentials) {
       g.setEdge(e.source, e.target, { index: i, label, width: label ? Math.min(200, 7 * label.length) : 0, height: label ? 18 : 0, labelpos: "c" }, `e${i}`);
     });
     window.dagre.layout(g);
-    const info = g.graph();
-    const svg = s("svg", { viewBox: `0 0 ${Math.ceil(info.width)} ${Math.ceil(info.height)}`, class: "graph canvas", role: "group", "aria-label": `Canvas: ${graph.nodes.length} steps, ${graph.edges.length} edges` });
-    svg.style.minWidth = `${Math.min(Math.ceil(info.width), 640)}px`;
-    const defs = s("defs", {});
-    const marker = s("marker", { id: "canvas-arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "8", markerHeight: "8", orient: "auto-start-reverse" });
-    marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
-    defs.append(marker);
-    svg.append(defs);
+    const svg = graphSvg(g.graph(), "canvas-arrow", { class: "graph canvas", role: "group", "aria-label": `Canvas: ${graph.nodes.length} steps, ${graph.edges.length} edges` });
     for (const e of g.edges()) {
       const edge = g.edge(e);
       const d = edge.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
@@ -1366,16 +1362,11 @@ function visualEditor(flow, graphArea, components, credentials) {
       parts.push(field(label, control, p.description));
     }
     if (credentials && WITH_CREDENTIALS.has(node.componentId)) {
-      const current = node.credentials_id || "";
-      const options = [["", "none"], ...credentials.map((c) => [c.id, `${c.name} (${c.id.slice(0, 8)}…)`])];
-      if (current && !credentials.some((c) => c.id === current)) options.push([current, `${current} (not listed)`]);
-      const picker = select(options, current);
-      picker.addEventListener("change", () => commit((g) => {
+      parts.push(credentialPicker(node, credentials, (id) => commit((g) => {
         const t = nodeById(g, node.id);
-        if (picker.value) t.credentials_id = picker.value;
+        if (id) t.credentials_id = id;
         else delete t.credentials_id;
-      }));
-      parts.push(field("Credentials", picker, "Stored under Administration → Credentials."));
+      })));
     }
     if (comp && !comp.trigger && node.componentId !== "webhook") {
       // SPEC §11: the step's retry policy; empty fields take the defaults.
