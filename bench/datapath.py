@@ -81,14 +81,15 @@ async def run(args: argparse.Namespace) -> None:
             prof.enable()
         t = time.process_time()
         batch = [WebhookRequest(fid, PAYLOAD, "", raw, None, None) for _ in range(args.batch)]
-        async with db.write() as s:
-            accepted = await accept_batch(s, batch)
+        accepted = await db.transact(lambda s, b=batch: accept_batch(s, b))
         t1 = time.process_time()
-        async with db.write(durable=False) as s:
-            claimed = await queue.claim(s, worker_id=worker, limit=args.batch, lease_seconds=30, cap=0)
+        claimed = await db.transact(
+            lambda s: queue.claim(s, worker_id=worker, limit=args.batch, lease_seconds=30, cap=0),
+            durable=False,
+        )
         t2 = time.process_time()
-        async with db.write(durable=False) as s:
-            await queue.complete(s, [outcome(c) for c in claimed], worker_id=worker)
+        outcomes = [outcome(c) for c in claimed]
+        await db.transact(lambda s, o=outcomes: queue.complete(s, o, worker_id=worker), durable=False)
         t3 = time.process_time()
         for a in list(accepted.values())[: args.batch // 4]:
             assert isinstance(a, Accepted)

@@ -88,7 +88,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_db = db is None
-        app.state.db = db or Database(settings.resolved_database_url())
+        app.state.db = db or Database(settings.resolved_database_url(), direct=settings.sqlite_direct)
         notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
         # Executions finished by any process complete this process's ?wait= requests.
         notifier.subscribe(on_finished=app.state.hub.finish)

@@ -38,7 +38,7 @@ def _setup_logging(settings: Settings) -> None:
 
 def _with_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
     async def run() -> T:
-        db = Database(settings.resolved_database_url())
+        db = Database(settings.resolved_database_url(), direct=settings.sqlite_direct)
         try:
             return await fn(db)
         finally:

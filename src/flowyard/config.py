@@ -33,6 +33,13 @@ class Settings(BaseSettings):
         "(the same as the URL option ?pgbouncer=true): no prepared-statement caches, so no state "
         "outlives a transaction. Set FLOWYARD_NOTIFY_DATABASE_URL to a direct connection for LISTEN.",
     )
+    sqlite_direct: bool = Field(
+        True,
+        description="SQLite only: run each hot transaction (accept a batch of webhooks, claim, record "
+        "outcomes) whole on the database's own thread, one thread hop per transaction instead of one "
+        "per statement (docs/performance.md). false: through the pooled connections like every "
+        "other transaction; for comparison only.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8000, ge=0, le=65535, description="Port the HTTP server binds to.")
     log_level: str = Field("info", description="Python log level of the service.")

@@ -157,7 +157,7 @@ class EngineServices:
 
 async def run_standalone(settings: Settings) -> None:
     """``flowyard worker``: the engine without the API, until SIGINT/SIGTERM."""
-    db = Database(settings.resolved_database_url())
+    db = Database(settings.resolved_database_url(), direct=settings.sqlite_direct)
     key = settings.configured_secret_key()
     notifier = open_notifier(settings.resolved_database_url(), settings.notify_database_url)
     await notifier.start()

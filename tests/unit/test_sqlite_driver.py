@@ -6,10 +6,12 @@ event loop while another connection holds SQLite's write lock."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.db import sqlite_driver
 from flowyard.db.session import Database
@@ -83,4 +85,119 @@ async def test_a_held_write_lock_does_not_block_the_loop(database: Database) -> 
             "waited",
         ]
     await other.dispose()
+    await db.dispose()
+
+
+async def _rows(db: Database) -> list[tuple[int, str]]:
+    async with db.read() as s:
+        return [tuple(r) for r in (await s.execute(sa.text("SELECT k, v FROM t ORDER BY k"))).all()]
+
+
+async def test_transact_runs_the_whole_transaction_on_the_database_thread(database: Database) -> None:
+    """``Database.transact`` on a SQLite file: every statement of the transaction on one
+    thread that is not the event loop's, committed when the function returns."""
+    db = database
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    async def insert(session: AsyncSession) -> int:
+        seen.append(threading.get_ident())
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (1, 'one')"))
+        seen.append(threading.get_ident())
+        synchronous = (await session.execute(sa.text("PRAGMA synchronous"))).scalar()
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (2, 'two')"))
+        seen.append(threading.get_ident())
+        return int(synchronous)
+
+    assert await db.transact(insert) == 2  # FULL: durable by default
+    assert len(set(seen)) == 1 and seen[0] != loop_thread
+    assert await _rows(db) == [(1, "one"), (2, "two")]
+
+    async def relaxed(session: AsyncSession) -> int:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (3, 'three')"))
+        return int((await session.execute(sa.text("PRAGMA synchronous"))).scalar())
+
+    assert await db.transact(relaxed, durable=False) == 1  # NORMAL: a repeatable write
+    assert await db.transact(_select_count) == 3
+    await db.dispose()
+
+
+async def _select_count(session: AsyncSession) -> int:
+    return int((await session.execute(sa.text("SELECT count(*) FROM t"))).scalar())
+
+
+async def test_transact_rolls_back_what_fails_and_refuses_what_waits(database: Database) -> None:
+    db = database
+
+    async def duplicate(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (7, 'first')"))
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (7, 'again')"))
+
+    with pytest.raises(Conflict):  # mapped as write() maps it
+        await db.transact(duplicate)
+
+    async def raises(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (8, 'lost')"))
+        raise ValueError("the caller's own error")
+
+    with pytest.raises(ValueError, match="the caller's own error"):
+        await db.transact(raises)
+
+    async def waits(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (9, 'lost')"))
+        await asyncio.sleep(0)  # would need the event loop: not allowed on the database's thread
+
+    with pytest.raises(RuntimeError, match="awaited something that waits"):
+        await db.transact(waits)
+    assert await _rows(db) == []  # nothing of the three was kept
+
+    async def fine(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (10, 'kept')"))
+
+    await db.transact(fine)  # the connection is usable after each of them
+    assert await _rows(db) == [(10, "kept")]
+    await db.dispose()
+
+
+async def test_a_cancelled_transact_ends_its_transaction_before_letting_go(database: Database) -> None:
+    """Cancelling the caller does not leave the transaction running behind the process's
+    write lock: the caller returns only once it ended, and the next writer runs after."""
+    db = database
+    inside, go_on = threading.Event(), threading.Event()
+
+    async def slow(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (1, 'slow')"))
+        inside.set()
+        go_on.wait(10)  # a blocking wait, on the database's thread
+
+    task = asyncio.create_task(db.transact(slow))
+    await asyncio.to_thread(inside.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # still waiting for its transaction to end
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def after(session: AsyncSession) -> None:
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (2, 'after')"))
+
+    await asyncio.wait_for(db.transact(after), 10)
+    assert await _rows(db) == [(1, "slow"), (2, "after")]  # the cancelled one had committed
+    await db.dispose()
+
+
+async def test_transact_without_the_direct_thread_is_a_write(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'd.sqlite'}", direct=False)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    async def create(session: AsyncSession) -> None:
+        seen.append(threading.get_ident())
+        await session.execute(sa.text("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)"))
+        await session.execute(sa.text("INSERT INTO t (k, v) VALUES (1, 'x')"))
+
+    await db.transact(create)
+    assert seen == [loop_thread]
+    assert await _rows(db) == [(1, "x")]
     await db.dispose()

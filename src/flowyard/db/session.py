@@ -7,13 +7,14 @@ transaction through ``Database.read()`` or ``Database.write()``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -25,11 +26,13 @@ from flowyard.db import sqlite_driver
 from flowyard.errors import Conflict, StorageUnavailable
 from flowyard.jsonvalue import dumps_stored, loads_stored
 
+T = TypeVar("T")
+
 
 class Database:
     """One per process: an engine, a session factory and the dialect's quirks."""
 
-    def __init__(self, url: str, *, pool_size: int = 40, echo: bool = False) -> None:
+    def __init__(self, url: str, *, pool_size: int = 40, echo: bool = False, direct: bool = True) -> None:
         self.url, self.pgbouncer = pgbouncer_option(sa.make_url(url))
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         kwargs: dict[str, Any] = {
@@ -81,10 +84,13 @@ class Database:
         # runs the moment the lock is free, where SQLite's busy handler sleeps and retries
         # (up to 100 ms a time).
         self._file_lock: _FileLock | None = None
+        self._direct: _Direct | None = None
         database = self.url.database
         if self.is_sqlite and database and database != ":memory:" and "mode=memory" not in str(self.url):
             private_sqlite_files(Path(database))
             self._file_lock = _FileLock(f"{database}-writelock")
+            if direct:
+                self._direct = _Direct(self.url, kwargs)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -129,6 +135,37 @@ class Database:
             if lock is not None:
                 lock.release()
 
+    async def transact(self, fn: Callable[[AsyncSession], Awaitable[T]], *, durable: bool = True) -> T:
+        """``fn(session)`` in one write transaction, committed when it returns: as
+        ``async with write(durable=...) as session: return await fn(session)``.
+
+        For the hot transactions (accept a batch of webhooks, claim, record outcomes). On a
+        SQLite file the whole of ``fn`` runs on the database's own thread, in one hop, with
+        every statement on that thread (see ``_Direct``): ``fn`` may await the session and
+        nothing else, and must not touch the event loop or state its other tasks share
+        unguarded. On PostgreSQL it is ``write()``.
+        """
+        direct = self._direct
+        if direct is None:
+            async with self.write(durable=durable) as session:
+                return await fn(session)
+        lock = self._write_lock
+        assert lock is not None
+        await lock.acquire()
+        file_lock = self._file_lock
+        try:
+            if file_lock is not None:
+                await file_lock.acquire()
+            result, commit_seconds = await direct.run(fn, durable)
+            metrics.db_commit(commit_seconds)
+            return result
+        except DBAPIError as exc:
+            raise map_db_error(exc) from exc
+        finally:
+            if file_lock is not None:
+                file_lock.release()
+            lock.release()
+
     async def ping(self) -> bool:
         try:
             async with self.engine.connect() as conn:
@@ -139,6 +176,8 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._direct is not None:
+            await self._direct.dispose()
         if self._file_lock is not None:
             self._file_lock.close()
 
@@ -247,6 +286,81 @@ def private_sqlite_files(path: Path) -> None:
         with contextlib.suppress(OSError):
             if file.stat().st_mode & 0o077:
                 file.chmod(0o600)
+
+
+class _Direct:
+    """The SQLite connection of ``Database.transact``: one thread, one connection.
+
+    The engine is SQLAlchemy's aiosqlite dialect over ``sqlite_driver.DirectConnection``,
+    whose calls run at once on the calling thread; the thread runs one transaction at a
+    time (``transact`` holds the process's write lock), so its one connection is never
+    shared. A transaction's coroutine is driven by hand on that thread: no call inside it
+    ever waits, so it ends in one step; anything that would wait (a coroutine of the event
+    loop awaited by mistake) is refused with ``RuntimeError`` and rolled back.
+    """
+
+    def __init__(self, url: sa.URL, kwargs: dict[str, Any]) -> None:
+        kw = {k: v for k, v in kwargs.items() if k not in ("pool_size", "max_overflow", "pool_use_lifo")}
+        kw["connect_args"] = {**kwargs["connect_args"], "async_creator_fn": sqlite_driver.connect_direct}
+        kw["poolclass"] = sa.pool.StaticPool
+        self.engine = create_async_engine(url, **kw)
+        _configure_sqlite(self.engine)
+        writer = self.engine.execution_options(flowyard_immediate=True)
+        relaxed = self.engine.execution_options(flowyard_immediate=True, flowyard_relaxed=True)
+        self._durable = async_sessionmaker(writer, expire_on_commit=False, autoflush=False)
+        self._relaxed = async_sessionmaker(relaxed, expire_on_commit=False, autoflush=False)
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="flowyard-sqlite", initializer=_thread_loop
+        )
+
+    async def run(self, fn: Callable[[AsyncSession], Awaitable[T]], durable: bool) -> tuple[T, float]:
+        done = asyncio.get_running_loop().run_in_executor(self._thread, self._drive, fn, durable)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            # The transaction ends (committed or rolled back) before the caller lets go of the
+            # write locks: a cancelled caller never leaves a writer running behind its back.
+            await asyncio.wait([done])
+            raise
+
+    def _drive(self, fn: Callable[[AsyncSession], Awaitable[T]], durable: bool) -> tuple[T, float]:
+        return _step_to_end(self._whole(fn, durable))
+
+    async def _whole(self, fn: Callable[[AsyncSession], Awaitable[T]], durable: bool) -> tuple[T, float]:
+        session = (self._durable if durable else self._relaxed)()
+        try:
+            await session.begin()
+            result = await fn(session)
+            committing = time.perf_counter()
+            await session.commit()
+            return result, time.perf_counter() - committing
+        except BaseException:
+            await session.rollback()
+            raise
+        finally:
+            await session.close()
+
+    async def dispose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, _step_to_end, self.engine.dispose())
+        self._thread.shutdown(wait=False)
+
+
+def _thread_loop() -> None:
+    # aiosqlite and SQLAlchemy's adapter make futures with asyncio.get_event_loop(); on the
+    # database's thread they are completed at once and never scheduled, but need a loop.
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+def _step_to_end(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end in one step; it must not wait for anything."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    why = "a direct SQLite transaction awaited something that waits"
+    with contextlib.suppress(StopIteration):
+        coro.throw(RuntimeError(why))  # the transaction rolls back on its way out
+    raise RuntimeError(why)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

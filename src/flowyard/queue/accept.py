@@ -230,12 +230,14 @@ class WebhookBatcher:
         (``isolate.py``) and its neighbours are stored all the same."""
 
         async def store(part: Sequence[WebhookRequest], *, count: bool = True) -> None:
-            async with self.db.write() as session:
+            async def transaction(session: AsyncSession) -> dict[int, Accepted | FlowyardError]:
                 outcomes = await accept_batch(session, part, self.limits, count=count)
                 fresh = any(isinstance(o, Accepted) and not o.replayed for o in outcomes.values())
                 if fresh:  # wakes the engines, whichever process they run in, once this commits
                     await self.notifier.stage(session, [WORK])
-            self._answer(part, outcomes)
+                return outcomes
+
+            self._answer(part, await self.db.transact(transaction))
 
         async def on_poison(req: WebhookRequest, exc: BaseException) -> None:
             why = isolate.reason(exc)

@@ -173,7 +173,9 @@ class Worker:
         unreadable: list[queue.Unreadable] = []
         messages: list[bytes] = []
         held_back: set[str] = set()
-        async with self.db.write(durable=False) as session:
+
+        async def transaction(session: AsyncSession) -> list[queue.Claimed]:
+            nonlocal messages
             claimed = await queue.claim(
                 session,
                 worker_id=self.id,
@@ -186,6 +188,9 @@ class Worker:
             if unreadable:  # failed alone in this transaction (isolate.py); waiters are told
                 messages = finished_messages((u.id, "failed", None, u.error) for u in unreadable)
                 await self.notifier.stage(session, messages)
+            return claimed
+
+        claimed = await self.db.transact(transaction, durable=False)
         if unreadable:
             self.notifier.committed(messages)
             for u in unreadable:
@@ -370,9 +375,10 @@ class Worker:
 
     async def _record(self, batch: Sequence[queue.Outcome], settled: set[int], *, count: bool = True) -> None:
         """Record ``batch`` in one transaction; then what follows its commit."""
-        async with self.db.write(durable=False) as session:
-            started: list[str] = []
-            woken: list[str] = []
+        started: list[str] = []
+        woken: list[str] = []
+
+        async def transaction(session: AsyncSession) -> tuple[set[str], list[bytes]]:
             held = await queue.complete(
                 session,
                 batch,
@@ -392,6 +398,9 @@ class Worker:
             if started:  # sub-flows' children (SPEC §12): every engine may claim them
                 messages.append(WORK)
             await self.notifier.stage(session, messages)
+            return held, messages
+
+        held, messages = await self.db.transact(transaction, durable=False)
         settled.update(id(o) for o in batch)
         if woken:  # their children finished: the parents are due now
             self._due_at(time.time())
