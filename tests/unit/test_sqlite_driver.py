@@ -6,6 +6,7 @@ event loop while another connection holds SQLite's write lock."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from pathlib import Path
 
@@ -88,6 +89,9 @@ async def test_a_held_write_lock_does_not_block_the_loop(database: Database) -> 
     await db.dispose()
 
 
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+
+
 async def _rows(db: Database) -> list[tuple[int, str]]:
     async with db.read() as s:
         return [tuple(r) for r in (await s.execute(sa.text("SELECT k, v FROM t ORDER BY k"))).all()]
@@ -101,6 +105,7 @@ async def test_transact_runs_the_whole_transaction_on_the_database_thread(databa
     seen: list[int] = []
 
     async def insert(session: AsyncSession) -> int:
+        assert _REQUEST.get() == "the caller's"  # the caller's context (log lines keep their fields)
         seen.append(threading.get_ident())
         await session.execute(sa.text("INSERT INTO t (k, v) VALUES (1, 'one')"))
         seen.append(threading.get_ident())
@@ -109,6 +114,7 @@ async def test_transact_runs_the_whole_transaction_on_the_database_thread(databa
         seen.append(threading.get_ident())
         return int(synchronous)
 
+    _REQUEST.set("the caller's")
     assert await db.transact(insert) == 2  # FULL: durable by default
     assert len(set(seen)) == 1 and seen[0] != loop_thread
     assert await _rows(db) == [(1, "one"), (2, "two")]

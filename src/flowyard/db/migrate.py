@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection, make_url
 
-from flowyard.db.session import private_sqlite_files
+from flowyard.db.session import incremental_auto_vacuum, private_sqlite_files
 
 _HERE = Path(__file__).parent
 
@@ -40,6 +40,7 @@ def upgrade(url: str, revision: str = "head", *, secret_key: bytes | None = None
         and "mode=memory" not in url
     ):
         private_sqlite_files(Path(database))  # created 0600 here when the migration is first
+        incremental_auto_vacuum(Path(database))  # a new file: pruning can shrink it
     command.upgrade(cfg, revision)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import fcntl
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -166,6 +168,27 @@ class Database:
                 file_lock.release()
             lock.release()
 
+    async def give_back_space(self, pages: int) -> int:
+        """SQLite: hand up to ``pages`` free pages of the file back to the file system (the
+        file shrinks at the next checkpoint); the number handed back. 0 on PostgreSQL, in
+        memory, or for a file made before flowyard created its files in incremental
+        auto-vacuum mode (``PRAGMA auto_vacuum`` 2; docs/operations.md says how to convert one).
+
+        One short write transaction of its own, queued behind this process's writers.
+        """
+        database = self.url.database
+        if self._file_lock is None or not database or pages <= 0:
+            return 0
+        lock = self._write_lock
+        assert lock is not None
+        await lock.acquire()
+        try:
+            await self._file_lock.acquire()
+            return await asyncio.to_thread(_incremental_vacuum, database, pages)
+        finally:
+            self._file_lock.release()
+            lock.release()
+
     async def ping(self) -> bool:
         try:
             async with self.engine.connect() as conn:
@@ -314,7 +337,9 @@ class _Direct:
         )
 
     async def run(self, fn: Callable[[AsyncSession], Awaitable[T]], durable: bool) -> tuple[T, float]:
-        done = asyncio.get_running_loop().run_in_executor(self._thread, self._drive, fn, durable)
+        # In the caller's context, as asyncio.to_thread does: log lines keep their request's fields.
+        context = contextvars.copy_context()
+        done = asyncio.get_running_loop().run_in_executor(self._thread, context.run, self._drive, fn, durable)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -343,6 +368,34 @@ class _Direct:
     async def dispose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, _step_to_end, self.engine.dispose())
         self._thread.shutdown(wait=False)
+
+
+def _incremental_vacuum(database: str, pages: int) -> int:
+    conn = sqlite3.connect(database, timeout=30, isolation_level=None)
+    try:
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # INCREMENTAL
+            return 0
+        before = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        # One statement step frees one page: executescript steps it to the end.
+        conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+        return before - int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def incremental_auto_vacuum(database: Path) -> bool:
+    """Make a new, empty SQLite file one whose free pages can be handed back
+    (``Database.give_back_space``): the mode can only be chosen before the first table.
+    False (and nothing done) for a file that already holds a database."""
+    if database.exists() and database.stat().st_size > 0:
+        return False
+    conn = sqlite3.connect(database, isolation_level=None)
+    try:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")  # writes the header: the mode is kept from now on
+    finally:
+        conn.close()
+    return True
 
 
 def _thread_loop() -> None:

@@ -21,6 +21,7 @@ from flowyard.queue.rate_buckets import WebhookRateBucket
 log = logging.getLogger(__name__)
 
 RATE_BUCKET_IDLE = timedelta(days=1)
+_VACUUM_PAGES = 2048  # 8 MiB of 4 KiB pages per transaction
 
 
 def _id_floor(when: datetime) -> str:
@@ -33,7 +34,13 @@ async def prune(
 ) -> dict[str, int]:
     now = now or utcnow()
     cutoff = _id_floor(now - retention)
-    counts = {"executions": 0, "logs": 0, "idempotency_keys": 0, "webhook_rate_buckets": 0}
+    counts = {
+        "executions": 0,
+        "logs": 0,
+        "idempotency_keys": 0,
+        "webhook_rate_buckets": 0,
+        "pages_given_back": 0,
+    }
     counts["executions"] = await _delete_in_batches(
         db,
         "execution",
@@ -63,6 +70,13 @@ async def prune(
         )
         counts["webhook_rate_buckets"] = int(result.rowcount or 0)  # type: ignore[attr-defined]
     if db.is_sqlite and (counts["executions"] or counts["logs"]):
+        # Hand the freed pages back to the file system, a few MiB per short transaction so
+        # the other writers take turns (a file made in incremental auto-vacuum mode).
+        while True:
+            given = await db.give_back_space(_VACUUM_PAGES)
+            counts["pages_given_back"] += given
+            if given < _VACUUM_PAGES:
+                break
         async with db.engine.connect() as conn:
             # Return the WAL's pages to the main file so it does not grow without bound.
             await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
