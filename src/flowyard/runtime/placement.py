@@ -165,6 +165,10 @@ class Placement:
         if reserved_for is not None:
             seat.group, seat.demoted = reserved_for, True
         self.seats[rid] = seat
+        if reserved_for is not None and self.penalty.get(reserved_for, 0.0) <= now:
+            # The penalty ended while the runner started: a demoted runner nobody may be given
+            # (the pool replaces it at the next plan, as one that empties after a penalty).
+            self._release(seat)
 
     def reserve_replacement(self, death: Death) -> str | None:
         """The group a dead runner's replacement should be started demoted for: the group the
