@@ -209,7 +209,13 @@ async def _running_by_group(
 
 
 async def _pick_fairly(
-    session: AsyncSession, limit: int, *, skip_locked: bool, cap: int, held_back: set[str]
+    session: AsyncSession,
+    limit: int,
+    *,
+    skip_locked: bool,
+    cap: int,
+    held_back: set[str],
+    running_seen: dict[str | None, int] | None = None,
 ) -> list[tuple[str, str | None]]:
     """Up to ``limit`` queued executions (id, queue group), shared fairly across queue groups.
 
@@ -222,11 +228,14 @@ async def _pick_fairly(
 
     ``cap`` (0: none): a group running ``cap`` executions gets no more; those left queued
     are added to ``held_back``. This only picks well; ``claim`` enforces the cap.
+    ``running_seen`` receives the running counts it read (by group).
     """
     heads = {grp: head for grp, head in (await session.execute(_QUEUED_GROUPS)).all()}
     if not heads:
         return []
     running = await _running_by_group(session)
+    if running_seen is not None:
+        running_seen.update(running)
     load = {grp: running.get(grp, 0) for grp in heads}
     picked: list[tuple[str, str | None]] = []
     taken: list[str] = []
@@ -303,7 +312,11 @@ _CAP_LOCKS = sa.text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS 
 
 
 async def _within_cap(
-    session: AsyncSession, picked: list[tuple[str, str | None]], cap: int, held_back: set[str]
+    session: AsyncSession,
+    picked: list[tuple[str, str | None]],
+    cap: int,
+    held_back: set[str],
+    running_seen: dict[str | None, int] | None = None,
 ) -> list[str]:
     """The ids of ``picked`` that keep each queue group within ``cap`` running executions,
     counted in the database now; the groups cut are added to ``held_back``.
@@ -312,15 +325,22 @@ async def _within_cap(
     group, held until this claim commits, so concurrent claimers (any process) count one after
     another and each sees what the one before it moved to running (READ COMMITTED: a statement
     sees what committed before it began). Transaction-scoped, so it works through PgBouncer in
-    transaction mode. SQLite: this transaction is the only writer (BEGIN IMMEDIATE).
+    transaction mode. SQLite: this transaction is the only writer (BEGIN IMMEDIATE), so the
+    counts ``_pick_fairly`` read earlier in it (``running_seen``) are still the counts: they
+    are not read again.
     """
     if not cap or not picked:
         return [i for i, _g in picked]
     groups = sorted({g for _i, g in picked if g is not None})
-    if groups and dialect_name(session) == "postgresql":
-        keys = sorted({_cap_lock_key(g) for g in groups})
-        await session.execute(_CAP_LOCKS, {"keys": keys})
-    room = {g: cap - n for g, n in (await _running_by_group(session, groups)).items()}
+    running: dict[str | None, int]
+    if running_seen is not None and dialect_name(session) == "sqlite":
+        running = {g: running_seen[g] for g in groups if g in running_seen}
+    else:
+        if groups and dialect_name(session) == "postgresql":
+            keys = sorted({_cap_lock_key(g) for g in groups})
+            await session.execute(_CAP_LOCKS, {"keys": keys})
+        running = await _running_by_group(session, groups)
+    room = {g: cap - n for g, n in running.items()}
     kept: list[str] = []
     for eid, grp in picked:
         if grp is None:
@@ -370,13 +390,20 @@ async def claim(
     """
     now = utcnow()
     held: set[str] = set()
+    running: dict[str | None, int] = {}
     picked = await _within_cap(
         session,
         await _pick_fairly(
-            session, limit, skip_locked=dialect_name(session) == "postgresql", cap=cap, held_back=held
+            session,
+            limit,
+            skip_locked=dialect_name(session) == "postgresql",
+            cap=cap,
+            held_back=held,
+            running_seen=running,
         ),
         cap,
         held,
+        running,
     )
     if held_back is not None:
         held_back |= held
