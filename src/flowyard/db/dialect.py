@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import as_utc, utcnow
+from flowyard.db.prepared import Prepared
 
 
 def dialect_name(session: AsyncSession) -> str:
@@ -81,10 +82,22 @@ async def increment(
         return
     # Core table rather than ORM class: an executemany upsert, not an ORM bulk operation.
     table = getattr(table, "__table__", table)
-    stmt = _upsert(dialect_name(session), table, tuple(keys), counter, tuple(replace), tuple(bits))
+    stmt = _upsert_prepared(table, tuple(keys), counter, tuple(replace), tuple(bits), tuple(rows[0]))
     # Sorted so that concurrent writers on PostgreSQL lock counter rows in one order.
     ordered = sorted(rows, key=lambda r: tuple(str(r[k]) for k in keys))
-    await session.execute(stmt, ordered)
+    await stmt.many(session, ordered)
+
+
+@functools.cache
+def _upsert_prepared(
+    table: Any,
+    keys: tuple[str, ...],
+    counter: str,
+    replace: tuple[str, ...],
+    bits: tuple[str, ...],
+    columns: tuple[str, ...],
+) -> Prepared:
+    return Prepared(lambda dialect: _upsert(dialect, table, keys, counter, replace, bits), columns=columns)
 
 
 async def db_now(session: AsyncSession) -> datetime:

@@ -380,10 +380,19 @@ class SessionBridge:
     transaction that needs more adds it here, where the tests of ``transact`` run it).
     """
 
-    __slots__ = ("sync_session",)
+    __slots__ = ("_driver", "sync_session")
 
     def __init__(self, session: Session) -> None:
         self.sync_session = session
+        self._driver: sqlite3.Connection | None = None
+
+    def driver(self) -> sqlite3.Connection:
+        """The transaction's ``sqlite3`` connection (begun: BEGIN IMMEDIATE has run), for the
+        statements run on its cursor (``db/prepared.py``)."""
+        if self._driver is None:
+            connection = self.sync_session.connection().connection
+            self._driver = cast(sqlite3.Connection, connection.driver_connection)
+        return self._driver
 
     async def execute(self, statement: Any, params: Any = None, **kw: Any) -> Any:
         return self.sync_session.execute(statement, params, **kw)

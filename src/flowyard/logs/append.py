@@ -5,11 +5,13 @@ of. The runner processes build their entries as plain dicts of the same columns 
 import the database layer); the queue appends them with the outcome. Pruning deletes old
 entries in ``queue/pruner.py``; nothing else writes ``logs``.
 
-Imports: the log model, the clock and SQLAlchemy only (the engine may import this module).
+Imports: the log model, the clock, ``db.prepared`` and SQLAlchemy only (the engine may import
+this module).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -18,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
+from flowyard.db.prepared import Prepared
 from flowyard.logs.models import LogEntry
 
 # A Core insert: an executemany without the ORM's unit of work.
@@ -56,7 +59,13 @@ async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) ->
     """Insert ``entries`` (dicts of the ``logs`` columns, as :func:`entry` or the runner's
     outcomes make them) in the caller's transaction: one statement however many."""
     if entries:
-        await session.execute(sa.insert(_LOGS), list(entries))
+        await _insert(tuple(entries[0])).many(session, entries)
+
+
+@functools.cache
+def _insert(columns: tuple[str, ...]) -> Prepared:
+    """The insert of entries giving ``columns`` (``entry`` gives them all)."""
+    return Prepared(sa.insert(_LOGS), columns=columns)
 
 
 async def append_one(session: AsyncSession, level: str, message: str, **fields: Any) -> None:

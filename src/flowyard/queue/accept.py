@@ -25,7 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard import isolate, metrics
 from flowyard.clock import utcnow
 from flowyard.db.dialect import dialect_name, insert_ignore
+from flowyard.db.prepared import Prepared
 from flowyard.db.session import Database
 from flowyard.errors import (
     Conflict,
@@ -284,6 +285,34 @@ class WebhookBatcher:
                 self.on_commit()
 
 
+# What accepting a webhook reads of its flow.
+_FLOWS = Prepared(
+    sa.select(
+        Flow.id,
+        Flow.status,
+        Flow.cron,
+        Flow.webhook_secret,
+        Flow.tenant,
+        Flow.owners,
+        Flow.version,
+        Flow.history_version,
+        Flow.name,
+    ).where(Flow.id.in_(sa.bindparam("ids", expanding=True)))
+)
+
+
+class _FlowRow(NamedTuple):
+    id: str
+    status: str
+    cron: str | None
+    webhook_secret: str | None
+    tenant: str | None
+    owners: Any
+    version: int
+    history_version: int
+    name: str
+
+
 async def accept_batch(
     session: AsyncSession,
     batch: Sequence[WebhookRequest],
@@ -299,24 +328,7 @@ async def accept_batch(
     """
     limits = limits or WebhookLimits()
     flow_ids = sorted({r.flow_id for r in batch})
-    flows = {
-        f.id: f
-        for f in (
-            await session.execute(
-                sa.select(
-                    Flow.id,
-                    Flow.status,
-                    Flow.cron,
-                    Flow.webhook_secret,
-                    Flow.tenant,
-                    Flow.owners,
-                    Flow.version,
-                    Flow.history_version,
-                    Flow.name,
-                ).where(Flow.id.in_(flow_ids))
-            )
-        ).all()
-    }
+    flows = {f.id: f for f in (_FlowRow(*r) for r in await _FLOWS.all(session, {"ids": flow_ids}))}
     now = utcnow()
     out: dict[int, Accepted | FlowyardError] = {}
     new: list[queue.NewExecution] = []

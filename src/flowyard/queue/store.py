@@ -9,13 +9,14 @@ makes the same UPDATE a safe single claimer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 import sqlalchemy as sa
@@ -25,6 +26,7 @@ from flowyard import isolate
 from flowyard.clock import utcnow
 from flowyard.db.base import UTCDateTime
 from flowyard.db.dialect import dialect_name, insert_ignore
+from flowyard.db.prepared import Prepared
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
 from flowyard.iam.visibility import owner_user_of, shares_owner
@@ -79,6 +81,17 @@ def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
     if tenant:
         return f"t:{tenant}"
     return f"u:{owner_user}" if owner_user else "-"
+
+
+@functools.cache
+def _insert_executions(columns: tuple[str, ...]) -> Prepared:
+    return Prepared(sa.insert(_EXECUTIONS), columns=columns)
+
+
+_FLOWS = cast(sa.Table, Flow.__table__)
+_LAST_EXECUTION = Prepared(
+    sa.update(_FLOWS).where(_FLOWS.c.id == sa.bindparam("fid")).values(last_execution_at=sa.bindparam("when"))
+)
 
 
 async def enqueue(
@@ -139,7 +152,7 @@ async def enqueue(
         # needs the same columns in every row.
         plain = [row for e, row in zip(items, rows, strict=True) if not e.extras()]
         if plain:
-            await session.execute(sa.insert(_EXECUTIONS), plain)
+            await _insert_executions(tuple(plain[0])).many(session, plain)
         for e, row in zip(items, rows, strict=True):
             if e.extras():
                 await session.execute(sa.insert(_EXECUTIONS), [row])
@@ -166,12 +179,7 @@ async def enqueue(
         ],
     )
     for fid, when in sorted(latest.items()):
-        await session.execute(
-            sa.update(Flow)
-            .where(Flow.id == fid)
-            .values(last_execution_at=when)
-            .execution_options(synchronize_session=False)
-        )
+        await _LAST_EXECUTION.run(session, {"fid": fid, "when": when})
     return [e.id for e in inserted]
 
 
@@ -194,18 +202,52 @@ _QUEUED_GROUPS = sa.text(
 )
 
 
+_RUNNING_BY_GROUP = Prepared(
+    sa.select(Execution.queue_group, sa.func.count())
+    .where(Execution.status == RUNNING)
+    .group_by(Execution.queue_group)
+)
+_RUNNING_IN_GROUPS = Prepared(
+    sa.select(Execution.queue_group, sa.func.count())
+    .where(Execution.status == RUNNING, Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
+    .group_by(Execution.queue_group)
+)
+
+
 async def _running_by_group(
     session: AsyncSession, groups: Iterable[str] | None = None
 ) -> dict[str | None, int]:
     """Executions running now (in the database: every process's), by queue group."""
-    stmt = (
-        sa.select(Execution.queue_group, sa.func.count())
-        .where(Execution.status == RUNNING)
-        .group_by(Execution.queue_group)
-    )
-    if groups is not None:
-        stmt = stmt.where(Execution.queue_group.in_(list(groups)))
-    return {grp: int(n) for grp, n in (await session.execute(stmt)).all()}
+    if groups is None:
+        rows = await _RUNNING_BY_GROUP.all(session)
+    else:
+        rows = await _RUNNING_IN_GROUPS.all(session, {"groups": list(groups)})
+    return {grp: int(n) for grp, n in rows}
+
+
+def _pick_statement(*, taken: bool) -> Callable[[str], sa.Executable]:
+    """The next ``:n`` queued ids of queue group ``:grp`` (not among ``:taken``); PostgreSQL
+    skips rows another claimer has locked."""
+
+    def build(dialect: str) -> sa.Executable:
+        pick = (
+            sa.select(Execution.id)
+            .where(Execution.status == QUEUED, Execution.queue_group == sa.bindparam("grp"))
+            .order_by(Execution.id)
+            .limit(sa.bindparam("n"))
+        )
+        if taken:
+            pick = pick.where(Execution.id.not_in(sa.bindparam("taken", expanding=True)))
+        if dialect == "postgresql":
+            pick = pick.with_for_update(skip_locked=True)
+        return pick
+
+    return build
+
+
+_PICK = Prepared(_pick_statement(taken=False))
+_PICK_MORE = Prepared(_pick_statement(taken=True))
+_QUEUED_GROUPS_P = Prepared(_QUEUED_GROUPS)
 
 
 async def _pick_fairly(
@@ -230,7 +272,7 @@ async def _pick_fairly(
     are added to ``held_back``. This only picks well; ``claim`` enforces the cap.
     ``running_seen`` receives the running counts it read (by group).
     """
-    heads = {grp: head for grp, head in (await session.execute(_QUEUED_GROUPS)).all()}
+    heads = {grp: head for grp, head in await _QUEUED_GROUPS_P.all(session)}
     if not heads:
         return []
     running = await _running_by_group(session)
@@ -257,17 +299,11 @@ async def _pick_fairly(
             if not cap or n + 1 < cap:
                 heapq.heappush(heap, (n + 1, head, grp))
         for grp in sorted(want, key=lambda g: heads[g]):
-            pick = (
-                sa.select(Execution.id)
-                .where(Execution.status == QUEUED, Execution.queue_group == grp)
-                .order_by(Execution.id)
-                .limit(want[grp])
-            )
             if taken:
-                pick = pick.where(Execution.id.not_in(taken))
-            if skip_locked:
-                pick = pick.with_for_update(skip_locked=True)
-            ids = list((await session.scalars(pick)).all())
+                found = await _PICK_MORE.all(session, {"grp": grp, "n": want[grp], "taken": taken})
+            else:
+                found = await _PICK.all(session, {"grp": grp, "n": want[grp]})
+            ids = [i for (i,) in found]
             picked += [(i, grp) for i in ids]
             taken += ids
             load[grp] += len(ids)
@@ -277,23 +313,45 @@ async def _pick_fairly(
                 open_groups.discard(grp)
                 held_back.add(grp)  # at its cap, perhaps with more queued (claim checks again)
     if len(picked) < limit:
+        skip_full = bool(cap and held_back)
+        params: dict[str, Any] = {"n": limit - len(picked)}
+        if taken:
+            params["taken"] = taken
+        if skip_full:
+            params["full"] = sorted(held_back)
+        rows = await _REST[(bool(taken), skip_full)].all(session, params)
+        picked += [(i, g) for i, g in rows]
+    return picked
+
+
+def _rest_statement(*, taken: bool, full: bool) -> Callable[[str], sa.Executable]:
+    """The oldest ``:n`` queued rows (not among ``:taken``, not of the ``:full`` groups); PostgreSQL
+    skips rows another claimer has locked."""
+
+    def build(dialect: str) -> sa.Executable:
         rest = (
             sa.select(Execution.id, Execution.queue_group)
             .where(Execution.status == QUEUED)
             .order_by(Execution.id)
+            .limit(sa.bindparam("n"))
         )
         if taken:
-            rest = rest.where(Execution.id.not_in(taken))
-        if cap and held_back:
-            full_groups = sorted(held_back)
+            rest = rest.where(Execution.id.not_in(sa.bindparam("taken", expanding=True)))
+        if full:
             rest = rest.where(
-                sa.or_(Execution.queue_group.is_(None), Execution.queue_group.not_in(full_groups))
+                sa.or_(
+                    Execution.queue_group.is_(None),
+                    Execution.queue_group.not_in(sa.bindparam("full", expanding=True)),
+                )
             )
-        rest = rest.limit(limit - len(picked))
-        if skip_locked:
+        if dialect == "postgresql":
             rest = rest.with_for_update(skip_locked=True)
-        picked += [(i, g) for i, g in (await session.execute(rest)).all()]
-    return picked
+        return rest
+
+    return build
+
+
+_REST = {(t, f): Prepared(_rest_statement(taken=t, full=f)) for t in (False, True) for f in (False, True)}
 
 
 # The namespace of the cap's advisory locks (a transaction-scoped lock per queue group).
@@ -353,6 +411,50 @@ async def _within_cap(
     return kept
 
 
+_TIME = Execution.created_at.type
+# Moves the picked rows to running under this worker's lease (the claim's one write).
+_CLAIM = Prepared(
+    execution_status.update(QUEUED, RUNNING)
+    .where(Execution.id.in_(sa.bindparam("ids", expanding=True)))
+    .values(
+        lease_owner=sa.bindparam("owner"),
+        lease_expires_at=sa.bindparam("expires", type_=_TIME),
+        started_at=sa.func.coalesce(Execution.started_at, sa.bindparam("now", type_=_TIME)),
+        attempts=Execution.attempts + 1,
+    )
+    .returning(
+        Execution.id,
+        Execution.flow_id,
+        Execution.flow_version,
+        Execution.history_version,
+        Execution.tenant,
+        Execution.owner_user,
+        Execution.trigger,
+        sa.cast(Execution.input, sa.Text).label("input"),
+        Execution.attempts,
+        Execution.created_at,
+        Execution.scheduled_for,
+        sa.cast(Execution.state, sa.Text).label("state"),
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
+class _ClaimRow(NamedTuple):
+    id: str
+    flow_id: str
+    flow_version: int
+    history_version: int | None
+    tenant: str | None
+    owner_user: str | None
+    trigger: str
+    input: str | None
+    attempts: int
+    created_at: datetime
+    scheduled_for: datetime | None
+    state: str | None
+
+
 @dataclass
 class Unreadable:
     """A claimed execution whose stored input could not be read: failed at the claim."""
@@ -409,32 +511,18 @@ async def claim(
         held_back |= held
     if not picked:
         return []
-    stmt = (
-        execution_status.update(QUEUED, RUNNING)
-        .where(Execution.id.in_(picked))
-        .values(
-            lease_owner=worker_id,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            started_at=sa.func.coalesce(Execution.started_at, now),
-            attempts=Execution.attempts + 1,
+    rows = [
+        _ClaimRow(*r)
+        for r in await _CLAIM.all(
+            session,
+            {
+                "ids": picked,
+                "owner": worker_id,
+                "expires": now + timedelta(seconds=lease_seconds),
+                "now": now,
+            },
         )
-        .returning(
-            Execution.id,
-            Execution.flow_id,
-            Execution.flow_version,
-            Execution.history_version,
-            Execution.tenant,
-            Execution.owner_user,
-            Execution.trigger,
-            sa.cast(Execution.input, sa.Text).label("input"),
-            Execution.attempts,
-            Execution.created_at,
-            Execution.scheduled_for,
-            sa.cast(Execution.state, sa.Text).label("state"),
-        )
-        .execution_options(synchronize_session=False)
-    )
-    rows = (await session.execute(stmt)).all()
+    ]
     bad: list[tuple[Any, str]] = []
 
     def decode(row: Any) -> Claimed:
@@ -511,6 +599,32 @@ async def renew(session: AsyncSession, *, worker_id: str, ids: Sequence[str], le
     )
 
 
+def _held_statement(dialect: str) -> sa.Executable:
+    held = sa.select(Execution.id).where(
+        Execution.id.in_(sa.bindparam("ids", expanding=True)),
+        Execution.status == RUNNING,
+        Execution.lease_owner == sa.bindparam("owner"),
+    )
+    return held.with_for_update() if dialect == "postgresql" else held
+
+
+# Of the given executions, those this worker still holds (PostgreSQL: locked until recorded).
+_HELD = Prepared(_held_statement)
+# An outcome recorded: each row moves from running to its own final status.
+_FINISH = Prepared(
+    execution_status.update(RUNNING, sa.bindparam("st"))
+    .where(_EXECUTIONS.c.id == sa.bindparam("eid"))
+    .values(
+        result=sa.bindparam("res"),
+        steps=sa.bindparam("stp"),
+        error=sa.bindparam("err"),
+        finished_at=sa.bindparam("fin"),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+)
+
+
 async def complete(
     session: AsyncSession,
     outcomes: Sequence[Outcome],
@@ -534,12 +648,7 @@ async def complete(
     if not outcomes:
         return set()
     ids = [o.execution_id for o in outcomes]
-    held_q = sa.select(Execution.id).where(
-        Execution.id.in_(ids), Execution.status == RUNNING, Execution.lease_owner == worker_id
-    )
-    if dialect_name(session) == "postgresql":
-        held_q = held_q.with_for_update()
-    held = set((await session.scalars(held_q)).all())
+    held = {i for (i,) in await _HELD.all(session, {"ids": ids, "owner": worker_id})}
     parked = [o for o in outcomes if o.execution_id in held and o.status == ExecutionStatus.WAITING]
     mine = [o for o in outcomes if o.execution_id in held and o.status != ExecutionStatus.WAITING]
     table = _EXECUTIONS
@@ -573,17 +682,8 @@ async def complete(
             await append_logs(session, park_logs)
     if not mine:
         return held
-    await session.execute(
-        execution_status.update(RUNNING, sa.bindparam("st"))
-        .where(table.c.id == sa.bindparam("eid"))
-        .values(
-            result=sa.bindparam("res"),
-            steps=sa.bindparam("stp"),
-            error=sa.bindparam("err"),
-            finished_at=sa.bindparam("fin"),
-            lease_owner=None,
-            lease_expires_at=None,
-        ),
+    await _FINISH.many(
+        session,
         [
             {
                 "eid": o.execution_id,

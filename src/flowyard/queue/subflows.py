@@ -19,7 +19,7 @@ and one the owners cannot see read the same.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 import sqlalchemy as sa
@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.clock import utcnow
 from flowyard.components.builtins import flow_refusal
 from flowyard.db.dialect import dialect_name
+from flowyard.db.prepared import Prepared
 from flowyard.flows.models import Flow
 from flowyard.iam.visibility import owner_user_of, shares_owner
 from flowyard.ids import is_valid_id, new_id
@@ -156,6 +157,21 @@ Ended = tuple[str, str, Any, str | None]
 """An execution that reached a final state: (id, status, result, error)."""
 
 
+# Of the given executions, the sub-flow children and their parents.
+_CHILDREN = Prepared(
+    sa.select(Execution.id, Execution.parent_execution_id).where(
+        Execution.id.in_(sa.bindparam("ids", expanding=True)),
+        Execution.trigger == FLOW_TRIGGER,
+        Execution.parent_execution_id.is_not(None),
+    )
+)
+
+
+class _Child(NamedTuple):
+    id: str
+    parent_execution_id: str
+
+
 async def wake_parents(session: AsyncSession, ended: Sequence[Ended]) -> list[str]:
     """Hand each ended child's outcome to its waiting parent and make the parent due now (in
     the caller's transaction, after the children's rows were written: an outcome recorded, a
@@ -164,15 +180,7 @@ async def wake_parents(session: AsyncSession, ended: Sequence[Ended]) -> list[st
     if not ended:
         return []
     by_id = {e[0]: e for e in ended}
-    children = (
-        await session.execute(
-            sa.select(Execution.id, Execution.parent_execution_id).where(
-                Execution.id.in_(list(by_id)),
-                Execution.trigger == FLOW_TRIGGER,
-                Execution.parent_execution_id.is_not(None),
-            )
-        )
-    ).all()
+    children = [_Child(*r) for r in await _CHILDREN.all(session, {"ids": list(by_id)})]
     if not children:
         return []
     find = sa.select(Execution.id, sa.cast(Execution.state, sa.Text).label("state")).where(
