@@ -21,8 +21,15 @@ def dialect_name(session: AsyncSession) -> str:
 
 def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[str]) -> Any:
     """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either database."""
-    module: Any = postgresql if dialect_name(session) == "postgresql" else sqlite
-    return module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
+    return dialect_insert(dialect_name(session), table).on_conflict_do_nothing(
+        index_elements=list(index_elements)
+    )
+
+
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """The dialect's own INSERT (with ``on_conflict_do_nothing`` / ``_do_update``)."""
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(table)
 
 
 def joined_strings(session: AsyncSession, column: Any) -> Any:
@@ -56,8 +63,7 @@ def _upsert(
 ) -> Any:
     """The upsert statement of ``increment``, built once per shape: statements are immutable,
     and building one is not cheap (each ``excluded`` makes an alias of the whole table)."""
-    module: Any = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(table)
+    stmt = dialect_insert(dialect, table)
     excluded = stmt.excluded
     set_ = {counter: table.c[counter] + excluded[counter]}
     for name in replace:

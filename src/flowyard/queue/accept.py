@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import isolate, metrics
 from flowyard.clock import utcnow
-from flowyard.db.dialect import dialect_name, insert_ignore
+from flowyard.db.dialect import dialect_insert
 from flowyard.db.prepared import Prepared
 from flowyard.db.session import Database
 from flowyard.errors import (
@@ -135,6 +135,32 @@ class WebhookLimits:
         return secret
 
 
+_BUCKET_TABLE = cast(sa.Table, WebhookRateBucket.__table__)
+# A bucket, full, for each flow that has none yet.
+_NEW_BUCKETS = Prepared(
+    lambda dialect: dialect_insert(dialect, _BUCKET_TABLE).on_conflict_do_nothing(index_elements=["flow_id"]),
+    columns=("flow_id", "tokens", "refilled_at"),
+)
+
+
+def _buckets_statement(dialect: str) -> sa.Executable:
+    query = (
+        sa.select(_BUCKET_TABLE.c.flow_id, _BUCKET_TABLE.c.tokens, _BUCKET_TABLE.c.refilled_at)
+        .where(_BUCKET_TABLE.c.flow_id.in_(sa.bindparam("flows", expanding=True)))
+        .order_by(_BUCKET_TABLE.c.flow_id)
+    )
+    return query.with_for_update() if dialect == "postgresql" else query
+
+
+# The flows' buckets, locked in flow order on PostgreSQL.
+_BUCKETS = Prepared(_buckets_statement)
+_REFILLED = Prepared(
+    sa.update(_BUCKET_TABLE)
+    .where(_BUCKET_TABLE.c.flow_id == sa.bindparam("fid"))
+    .values(tokens=sa.bindparam("tok"), refilled_at=sa.bindparam("at"))
+)
+
+
 async def take_tokens(
     session: AsyncSession, wanted: dict[str, int], *, rate: float, burst: int, now: float
 ) -> dict[str, tuple[int, int]]:
@@ -145,32 +171,18 @@ async def take_tokens(
     single writer), so API processes sharing the database share the budget.
     """
     flows = sorted(wanted)
-    table = cast(sa.Table, WebhookRateBucket.__table__)
-    await session.execute(
-        insert_ignore(session, table, ["flow_id"]),
-        [{"flow_id": f, "tokens": float(burst), "refilled_at": now} for f in flows],
+    await _NEW_BUCKETS.many(
+        session, [{"flow_id": f, "tokens": float(burst), "refilled_at": now} for f in flows]
     )
-    query = (
-        sa.select(WebhookRateBucket.flow_id, WebhookRateBucket.tokens, WebhookRateBucket.refilled_at)
-        .where(WebhookRateBucket.flow_id.in_(flows))
-        .order_by(WebhookRateBucket.flow_id)
-    )
-    if dialect_name(session) == "postgresql":
-        query = query.with_for_update()
     out: dict[str, tuple[int, int]] = {}
     updates = []
-    for flow_id, tokens, refilled_at in (await session.execute(query)).all():
+    for flow_id, tokens, refilled_at in await _BUCKETS.all(session, {"flows": flows}):
         tokens = min(float(burst), tokens + max(0.0, now - refilled_at) * rate)
         granted = min(wanted[flow_id], int(tokens))
         tokens -= granted
         out[flow_id] = (granted, max(1, math.ceil((1.0 - tokens) / rate)) if tokens < 1 else 1)
         updates.append({"fid": flow_id, "tok": tokens, "at": max(now, refilled_at)})
-    await session.execute(
-        sa.update(table)
-        .where(table.c.flow_id == sa.bindparam("fid"))
-        .values(tokens=sa.bindparam("tok"), refilled_at=sa.bindparam("at")),
-        updates,
-    )
+    await _REFILLED.many(session, updates)
     return out
 
 
