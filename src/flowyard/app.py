@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowyard import __version__
 from flowyard import metrics as metric_values
@@ -46,9 +47,8 @@ from flowyard.templates.schemas import FlowFromTemplate, MutableFlowTemplate, Mu
 from flowyard.trials import router as trials_router
 from flowyard.trials.schemas import StepTrial
 from flowyard.trials.service import Trials
+from flowyard.webhooks import fastpath, signature
 from flowyard.webhooks import openapi as webhooks_openapi
-from flowyard.webhooks import signature
-from flowyard.webhooks.fastpath import WebhookFastPath
 
 log = logging.getLogger("flowyard")
 
@@ -72,6 +72,28 @@ _BODY_MODELS: list[type[BaseModel]] = [
     SecretRotate,
     StepTrial,
 ]
+
+
+class _FlowyardAPI(FastAPI):
+    """FastAPI, with ``POST /webhooks/{flowId}`` answered before the framework's own layers.
+
+    A webhook goes straight to flowyard's middleware chain (request id, metrics, body limit,
+    request rules) ending in the webhook fast path, which answers every outcome itself, errors
+    included, in the contract's shape. It skips FastAPI's per-request telemetry check (it reads
+    the environment on every request), Starlette's error and body-limit middlewares and the
+    routing, about 5 % of the API process's CPU under the peer bench's load
+    (docs/performance.md). Every other request takes the whole stack, the same chain included.
+    Tests over ASGI and uvicorn both call this, so both take the same path."""
+
+    webhook_chain: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chain = self.webhook_chain
+        if chain is not None and fastpath.serves(scope):
+            scope["app"] = self
+            await chain(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -120,7 +142,7 @@ def create_app(
             if own_db:
                 await app.state.db.dispose()
 
-    app = FastAPI(
+    app = _FlowyardAPI(
         title="flowyard",
         version=__version__,
         description="Integration flows: store, start and stop them, trigger them by webhook or cron, "
@@ -155,10 +177,15 @@ def create_app(
             limits=WebhookLimits.from_settings(settings, box, verify=signature.check),
         )
     install_error_handlers(app)
-    # Added last runs first: request ids and the body limit wrap the webhook fast path too.
-    app.add_middleware(WebhookFastPath, state=app.state)
+    # Added last runs first: request ids and the body limit wrap every request.
     app.add_middleware(RequestRules, routes=lambda: app.routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    # The same chain in front of the webhook fast path, for the webhooks _FlowyardAPI answers
+    # before the framework's layers (the fast path passes nothing on: it serves only those).
+    app.webhook_chain = RequestContextMiddleware(
+        RequestRules(fastpath.WebhookFastPath(_not_served, state=app.state), routes=lambda: app.routes),
+        max_body_bytes=settings.max_body_bytes,
+    )
     for module in (
         health,
         metrics_router,
@@ -177,6 +204,10 @@ def create_app(
     app.mount("/console/static", console_router.static_files, name="console-static")
     _install_openapi(app)
     return app
+
+
+async def _not_served(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError("the webhook chain got a request the fast path does not serve")
 
 
 def _install_openapi(app: FastAPI) -> None:

@@ -120,3 +120,32 @@ def test_parse_reads_and_validates_the_request() -> None:
         with pytest.raises(InvalidInput) as refused:
             handler.parse("f1", [(b"content-type", b"application/json")], query, b"{}")
         assert [p.field for p in refused.value.problems] == ["wait"], query
+
+
+async def test_webhooks_skip_the_framework_layers_but_not_ours(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """A webhook is answered before FastAPI's own layers (app.py ``_FlowyardAPI``), through the
+    same request-id, body-limit and request-rule chain as every other request; everything else
+    still takes the whole stack. Proved by breaking the framework's stack."""
+    assert (await client.get("/health")).status_code == 200  # builds the stack
+
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the framework's stack served a webhook")
+
+    whole = app.middleware_stack
+    app.middleware_stack = broken
+    try:
+        url = f"/webhooks/{new_id()}"
+        r = await client.post(url, content=b"{}", headers={**JSON, "X-Request-ID": "front-1"})
+        assert r.status_code == 404 and r.headers["x-request-id"] == "front-1", r.text
+        assert r.json()["errors"][0]["message"].startswith("Flow ")
+        big = b'{"a": "' + b"x" * (app.state.settings.max_body_bytes + 1) + b'"}'
+        assert (await client.post(url, content=big, headers=JSON)).status_code == 413
+        nul = await client.post(url, params={"wait": "1\x00"}, content=b"{}", headers=JSON)
+        assert nul.status_code == 400 and "NUL" in nul.json()["errors"][0]["message"]
+        with pytest.raises(AssertionError, match="framework's stack"):
+            await client.post("/webhooks/a/b", content=b"{}", headers=JSON)  # not a webhook: the app's
+    finally:
+        app.middleware_stack = whole
+    assert (await client.post("/webhooks/a/b", content=b"{}", headers=JSON)).status_code == 404

@@ -28,6 +28,18 @@ ROUTE = "/webhooks/{flowId}"
 ROUTES = frozenset({("POST", ROUTE)})
 
 
+def serves(scope: Scope) -> bool:
+    """Whether this is a request the fast path answers: ``POST /webhooks/{flowId}``, one
+    non-empty segment after the prefix (anything else is the app's, which answers 404)."""
+    if scope["type"] != "http" or scope["method"] != "POST":
+        return False
+    path: str = scope.get("path", "")
+    if not path.startswith(PREFIX):
+        return False
+    flow_id = unquote(path[len(PREFIX) :])
+    return bool(flow_id) and "/" not in flow_id
+
+
 class _Disconnected(Exception):
     """The request ended before its body did."""
 
@@ -38,14 +50,10 @@ class WebhookFastPath:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        if scope["type"] != "http" or scope["method"] != "POST" or not path.startswith(PREFIX):
+        if not serves(scope):
             await self.app(scope, receive, send)
             return
-        flow_id = unquote(path[len(PREFIX) :])
-        if not flow_id or "/" in flow_id:
-            await self.app(scope, receive, send)
-            return
+        flow_id = unquote(scope["path"][len(PREFIX) :])
         scope[ROUTE_KEY] = ROUTE
         if is_valid_id(flow_id):  # the caller's text goes into no log line unchecked
             flow_id_var.set(flow_id)
