@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
+from flowyard.db.prepared import SQLiteForm
 from flowyard.db.session import Database, map_db_error
-
-_Compiled = tuple[str, list[str], list[Any], list[Any]]
 
 
 class Row:
@@ -42,37 +41,28 @@ class Row:
 
 
 class Fetch:
-    """A Core ``SELECT`` with named bind parameters, compiled once per dialect."""
+    """A Core ``SELECT`` with named bind parameters, compiled once per dialect (on SQLite by
+    ``db/prepared.py``'s compiler, the one that converts values as the columns' types do)."""
 
     def __init__(self, statement: sa.Select[Any]) -> None:
         self.statement = statement
         self.names = [str(c.key) for c in statement.selected_columns]
-        self._sqlite: _Compiled | None = None
-
-    def _compiled_for_sqlite(self, dialect: sa.Dialect) -> _Compiled:
-        if self._sqlite is None:
-            compiled = self.statement.compile(dialect=dialect)
-            order = list(compiled.positiontup or [])
-            binds = [
-                compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in order
-            ]
-            results = [
-                c.type.dialect_impl(dialect).result_processor(dialect, None)
-                for c in self.statement.selected_columns
-            ]
-            self._sqlite = (compiled.string, order, binds, results)
-        return self._sqlite
+        self._sqlite: SQLiteForm | None = None
 
     async def all(self, db: Database, **params: Any) -> list[Row]:
-        if not db.is_sqlite:
+        prepared = None
+        if db.is_sqlite:
+            if self._sqlite is None:
+                self._sqlite = SQLiteForm(self.statement, db.engine.dialect, None)
+            prepared = self._sqlite.args(params)
+        if prepared is None:  # PostgreSQL (or an empty IN list): a Core connection
             async with db.engine.connect() as conn:
                 try:
                     result = await conn.execute(self.statement, params)
                 except DBAPIError as exc:
                     raise map_db_error(exc) from exc
                 return [Row(dict(zip(self.names, r, strict=True))) for r in result]
-        sql, order, binds, results = self._compiled_for_sqlite(db.engine.dialect)
-        args = [p(params[n]) if p else params[n] for n, p in zip(order, binds, strict=True)]
+        sql, args = prepared
         async with db.engine.connect() as conn:
             raw = await conn.get_raw_connection()
             driver = raw.driver_connection
@@ -83,10 +73,9 @@ class Fetch:
                 wrapped = DBAPIError.instance(sql, args, exc, sqlite3.Error)
                 assert isinstance(wrapped, DBAPIError)
                 raise map_db_error(wrapped) from exc
+        assert self._sqlite is not None
         names = self.names
-        return [
-            Row({n: (p(v) if p else v) for n, p, v in zip(names, results, row, strict=True)}) for row in rows
-        ]
+        return [Row(dict(zip(names, row, strict=True))) for row in self._sqlite.rows(list(rows))]
 
     async def first(self, db: Database, **params: Any) -> Row | None:
         rows = await self.all(db, **params)

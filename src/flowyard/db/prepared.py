@@ -37,8 +37,9 @@ from flowyard.db.session import SessionBridge
 _Processor = Callable[[Any], Any] | None
 
 
-class _Compiled:
-    """One statement's SQLite form: SQL, bind order and converters."""
+class SQLiteForm:
+    """A statement's SQLite form, compiled once: its SQL, bind order and the converters of its
+    values (the columns' own SQLAlchemy types) both ways. Used by ``Prepared`` and ``fast.Fetch``."""
 
     __slots__ = ("binds", "defaults", "expanding", "names", "results", "sized", "sql")
 
@@ -124,7 +125,7 @@ class Prepared:
     ) -> None:
         self._build = build
         self._statements: dict[str, sa.Executable] = {}
-        self._sqlite: _Compiled | None = None
+        self._sqlite: SQLiteForm | None = None
         self.columns = tuple(columns) if columns is not None else None
 
     def statement(self, dialect: str) -> sa.Executable:
@@ -135,12 +136,12 @@ class Prepared:
             self._statements[dialect] = stmt
         return stmt
 
-    def _direct(self, bridge: SessionBridge) -> tuple[sqlite3.Connection, _Compiled]:
+    def _direct(self, bridge: SessionBridge) -> tuple[sqlite3.Connection, SQLiteForm]:
         raw = bridge.driver()
         compiled = self._sqlite
         if compiled is None:
             engine = bridge.sync_session.get_bind()
-            compiled = self._sqlite = _Compiled(self.statement("sqlite"), engine.dialect, self.columns)
+            compiled = self._sqlite = SQLiteForm(self.statement("sqlite"), engine.dialect, self.columns)
         return raw, compiled
 
     def _session_statement(self, session: AsyncSession | SessionBridge) -> sa.Executable:
