@@ -7,10 +7,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flowyard import __version__
 from flowyard import metrics as metric_values
@@ -27,6 +28,7 @@ from flowyard.config import Settings
 from flowyard.console import router as console_router
 from flowyard.db.session import Database
 from flowyard.enginehost import EngineServices
+from flowyard.errors import Problem, error_body
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow, MutableFlowPatch
@@ -83,17 +85,50 @@ class _FlowyardAPI(FastAPI):
     the environment on every request), Starlette's error and body-limit middlewares and the
     routing, about 5 % of the API process's CPU under the peer bench's load
     (docs/performance.md). Every other request takes the whole stack, the same chain included.
-    Tests over ASGI and uvicorn both call this, so both take the same path."""
+    Tests over ASGI and uvicorn both call this, so both take the same path.
+
+    When an OpenTelemetry provider is configured (FastAPI's native telemetry is on), webhooks
+    take the whole stack too, so they keep their spans and metrics: decided at the first
+    webhook, once the process has configured what it will."""
 
     webhook_chain: ASGIApp | None = None
+    _front: bool | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chain = self.webhook_chain
         if chain is not None and fastpath.serves(scope):
-            scope["app"] = self
-            await chain(scope, receive, send)
-            return
+            front = self._front
+            if front is None:
+                telemetry = getattr(self, "_native_telemetry", None)
+                front = self._front = not (telemetry is not None and telemetry.enabled())
+            if front:
+                scope["app"] = self
+                await _answered(chain, scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
+
+
+async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app``'s answer; if it fails before answering, a 500 in the contract's shape (what the
+    framework's error middleware answers for any other request), the cause logged."""
+    started = False
+
+    async def tracked(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, tracked)
+    except Exception:
+        log.exception("a webhook request failed unexpectedly")
+        if started:
+            return
+        rid = scope.get("state", {}).get("request_id", "-")
+        body = orjson.dumps(error_body(500, [Problem(f"Internal error (request id {rid}).")]))
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 500, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(
@@ -177,7 +212,9 @@ def create_app(
             limits=WebhookLimits.from_settings(settings, box, verify=signature.check),
         )
     install_error_handlers(app)
-    # Added last runs first: request ids and the body limit wrap every request.
+    # Added last runs first: request ids and the body limit wrap every request, the webhook fast
+    # path too (it serves webhooks here only when _FlowyardAPI sends them through the stack).
+    app.add_middleware(fastpath.WebhookFastPath, state=app.state)
     app.add_middleware(RequestRules, routes=lambda: app.routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     # The same chain in front of the webhook fast path, for the webhooks _FlowyardAPI answers

@@ -149,3 +149,31 @@ async def test_webhooks_skip_the_framework_layers_but_not_ours(
     finally:
         app.middleware_stack = whole
     assert (await client.post("/webhooks/a/b", content=b"{}", headers=JSON)).status_code == 404
+
+
+async def test_webhooks_take_the_whole_stack_when_telemetry_is_on(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """With an OpenTelemetry provider configured (FastAPI's native telemetry on), webhooks go
+    through the framework's stack and keep their spans; the answer is the same."""
+    assert getattr(app, "_front", None) is None
+    app._native_telemetry.enabled = lambda: True  # type: ignore[attr-defined]
+    url = f"/webhooks/{new_id()}"
+    r = await client.post(url, content=b"{}", headers={**JSON, "X-Request-ID": "stack-1"})
+    assert r.status_code == 404 and r.headers["x-request-id"] == "stack-1", r.text
+    assert app._front is False  # type: ignore[attr-defined]
+
+
+async def test_a_failure_before_the_answer_is_a_500_in_the_contract_shape(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Whatever escapes the webhook chain before it answers: a 500 in the error shape, no
+    exception text (the caller is anonymous)."""
+
+    async def failing(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("secret internal detail")
+
+    app.webhook_chain = failing  # type: ignore[attr-defined]
+    r = await client.post(f"/webhooks/{new_id()}", content=b"{}", headers=JSON)
+    assert r.status_code == 500
+    assert r.json()["errors"][0]["code"] == 500 and "secret" not in r.text

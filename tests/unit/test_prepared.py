@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.db.prepared import Prepared
 from flowyard.db.session import Database
-from flowyard.errors import Conflict
+from flowyard.errors import Conflict, StorageUnavailable
 from flowyard.flows.models import Flow
 from flowyard.logs.models import LogEntry
 from flowyard.queue.models import FlowDayCount
@@ -172,3 +172,58 @@ async def test_a_python_side_default_is_refused_not_skipped(sqlite_db: Database)
 
     with pytest.raises(NotImplementedError):
         await db.transact(write)
+
+
+async def test_lists_built_into_a_statement_and_refused_shapes(sqlite_db: Database) -> None:
+    """An ``IN`` list written into the statement is taken as written (beside a list given at
+    each run); a tuple ``IN`` and a computed parameter are refused when compiled."""
+    db = sqlite_db
+    both = Prepared(
+        sa.select(LOGS.c.message)
+        .where(
+            LOGS.c.level.in_(["info", "warn"]),
+            LOGS.c.message.in_(sa.bindparam("messages", expanding=True)),
+            LOGS.c.tenant == sa.bindparam("tenant"),
+        )
+        .order_by(LOGS.c.message)
+    )
+
+    async def run(s: AsyncSession) -> list[Any]:
+        await INSERT.many(
+            s, [entry("x", 1, "built"), entry("y", 1, "built"), {**entry("z", 1, "built"), "level": "error"}]
+        )
+        return await both.all(s, {"messages": ["x", "z", "y"], "tenant": "built"})
+
+    assert await db.transact(run) == [("x",), ("y",)]
+    for refused in (
+        Prepared(
+            sa.select(LOGS.c.id).where(
+                sa.tuple_(LOGS.c.level, LOGS.c.message).in_(sa.bindparam("t", expanding=True))
+            )
+        ),
+        Prepared(sa.select(LOGS.c.id).where(LOGS.c.message == sa.bindparam("m", callable_=lambda: "now"))),
+    ):
+
+        async def attempt(s: AsyncSession, p: Prepared = refused) -> list[Any]:
+            return await p.all(s, {"t": [("a", "b")]})
+
+        with pytest.raises(NotImplementedError):
+            await db.transact(attempt)
+
+
+async def test_a_lost_connection_is_transient_and_replaced(sqlite_db: Database) -> None:
+    """The driver's connection gone under a direct transaction: the statement's error is the
+    storage's (503, retried, never an item's poison), and the next transaction reconnects."""
+    db = sqlite_db
+
+    async def lose(s: AsyncSession) -> list[Any]:
+        cast(Any, s).driver().close()
+        return await SELECT.all(s, {"tenant": "gone", "messages": ["a"]})
+
+    with pytest.raises(StorageUnavailable):
+        await db.transact(lose)
+
+    async def again(s: AsyncSession) -> list[Any]:
+        return await SELECT.all(s, {"tenant": "gone", "messages": ["a"]})
+
+    assert await db.transact(again) == []

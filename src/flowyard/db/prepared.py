@@ -35,6 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.db.session import SessionBridge
 
 _Processor = Callable[[Any], Any] | None
+# The SQL texts kept per statement, one per combination of its IN lists' lengths.
+_SIZED = 256
 
 
 class SQLiteForm:
@@ -54,13 +56,18 @@ class SQLiteForm:
         self.defaults: dict[str, Any] = {}
         for name in self.names:
             bind = compiled.binds[name]
-            type_ = bind.type
+            if bind.callable is not None:  # its value is computed at each execution
+                raise NotImplementedError(
+                    f"a bind parameter with a callable ({name}) in a prepared statement"
+                )
             if bind.expanding:
+                if bind.type._is_tuple_type:
+                    raise NotImplementedError(f"a tuple IN ({name}) in a prepared statement")
                 self.expanding.add(name)
-                type_ = getattr(type_, "item_type", None) or type_
-            elif not bind.required:
+            if not bind.required:  # a value built into the statement (an IN list too)
                 self.defaults[name] = bind.effective_value
-            self.binds.append(type_._cached_bind_processor(dialect))
+            # An expanding parameter's type is its elements' (SQLAlchemy converts each with it).
+            self.binds.append(bind.type._cached_bind_processor(dialect))
         sql: str = compiled.string
         for name in self.names:
             if name not in self.expanding and f"__[POSTCOMPILE_{name}]" in sql:
@@ -95,6 +102,8 @@ class SQLiteForm:
             sql = self.sql
             for name, n in zip((n for n in self.names if n in self.expanding), sizes, strict=True):
                 sql = sql.replace(f"__[POSTCOMPILE_{name}]", ", ".join("?" * n), 1)
+            if len(self.sized) >= _SIZED:  # bounded: the combinations of lengths are many
+                self.sized.clear()
             self.sized[key] = sql
         return sql, values
 
@@ -105,9 +114,16 @@ class SQLiteForm:
         return [tuple(p(v) if p else v for p, v in zip(results, row, strict=True)) for row in raw]
 
 
-def _error(sql: str, args: Any, exc: sqlite3.Error) -> DBAPIError:
-    wrapped = DBAPIError.instance(sql, args, exc, sqlite3.Error)
+def _error(bridge: SessionBridge, sql: str, args: Any, exc: sqlite3.Error) -> DBAPIError:
+    """The driver's error as the session would raise it: SQLAlchemy's ``DBAPIError`` (so
+    ``map_db_error`` and ``isolate`` read it the same), a lost connection flagged and the
+    connection let go, so the next transaction opens a new one."""
+    connection = bridge.sync_session.connection()
+    lost = connection.dialect.is_disconnect(cast(Any, exc), connection.connection.dbapi_connection, None)
+    wrapped = DBAPIError.instance(sql, args, exc, sqlite3.Error, connection_invalidated=lost)
     assert isinstance(wrapped, DBAPIError)
+    if lost:
+        connection.invalidate(exc)
     return wrapped
 
 
@@ -160,7 +176,7 @@ class Prepared:
                 try:
                     fetched = raw.execute(sql, args).fetchall()
                 except sqlite3.Error as exc:
-                    raise _error(sql, args, exc) from exc
+                    raise _error(session, sql, args, exc) from exc
                 return compiled.rows(fetched)
         result = await session.execute(self._session_statement(session), dict(params))
         return [tuple(r) for r in result.all()]
@@ -178,7 +194,7 @@ class Prepared:
                 try:
                     return int(raw.execute(sql, args).rowcount)
                 except sqlite3.Error as exc:
-                    raise _error(sql, args, exc) from exc
+                    raise _error(session, sql, args, exc) from exc
         result = await session.execute(self._session_statement(session), dict(params))
         return int(cast(Any, result).rowcount)
 
@@ -195,6 +211,6 @@ class Prepared:
             try:
                 raw.executemany(sql, args)
             except sqlite3.Error as exc:
-                raise _error(sql, args, exc) from exc
+                raise _error(session, sql, args, exc) from exc
             return
         await session.execute(self._session_statement(session), [dict(r) for r in rows])

@@ -225,6 +225,13 @@ async def _running_by_group(
     return {grp: int(n) for grp, n in rows}
 
 
+def _limit(dialect: str) -> sa.BindParameter[int]:
+    """``:n`` rows. On PostgreSQL written into the SQL as a number: a prepared statement's
+    generic plan would guess the limit (a tenth of the rows) and may sort a backlog rather
+    than walk the ``(status, ...)`` index; SQLite plans each statement as it runs."""
+    return sa.bindparam("n", type_=sa.Integer(), literal_execute=dialect == "postgresql")
+
+
 def _pick_statement(*, taken: bool) -> Callable[[str], sa.Executable]:
     """The next ``:n`` queued ids of queue group ``:grp`` (not among ``:taken``); PostgreSQL
     skips rows another claimer has locked."""
@@ -234,7 +241,7 @@ def _pick_statement(*, taken: bool) -> Callable[[str], sa.Executable]:
             sa.select(Execution.id)
             .where(Execution.status == QUEUED, Execution.queue_group == sa.bindparam("grp"))
             .order_by(Execution.id)
-            .limit(sa.bindparam("n"))
+            .limit(_limit(dialect))
         )
         if taken:
             pick = pick.where(Execution.id.not_in(sa.bindparam("taken", expanding=True)))
@@ -254,7 +261,6 @@ async def _pick_fairly(
     session: AsyncSession,
     limit: int,
     *,
-    skip_locked: bool,
     cap: int,
     held_back: set[str],
     running_seen: dict[str | None, int] | None = None,
@@ -333,7 +339,7 @@ def _rest_statement(*, taken: bool, full: bool) -> Callable[[str], sa.Executable
             sa.select(Execution.id, Execution.queue_group)
             .where(Execution.status == QUEUED)
             .order_by(Execution.id)
-            .limit(sa.bindparam("n"))
+            .limit(_limit(dialect))
         )
         if taken:
             rest = rest.where(Execution.id.not_in(sa.bindparam("taken", expanding=True)))
@@ -498,7 +504,6 @@ async def claim(
         await _pick_fairly(
             session,
             limit,
-            skip_locked=dialect_name(session) == "postgresql",
             cap=cap,
             held_back=held,
             running_seen=running,
