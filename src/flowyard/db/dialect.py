@@ -21,9 +21,12 @@ def dialect_name(session: AsyncSession) -> str:
 
 def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[str]) -> Any:
     """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either database."""
-    return dialect_insert(dialect_name(session), table).on_conflict_do_nothing(
-        index_elements=list(index_elements)
-    )
+    return insert_ignore_for(dialect_name(session), table, index_elements)
+
+
+def insert_ignore_for(dialect: str, table: Any, index_elements: Sequence[str]) -> Any:
+    """``insert_ignore`` for a dialect named (a statement built once per dialect)."""
+    return dialect_insert(dialect, table).on_conflict_do_nothing(index_elements=list(index_elements))
 
 
 def dialect_insert(dialect: str, table: Any) -> Any:

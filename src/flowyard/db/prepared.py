@@ -24,9 +24,10 @@ runs through the session, which knows how to say "in nothing".
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
@@ -35,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard.db.session import SessionBridge
 
 _Processor = Callable[[Any], Any] | None
+T = TypeVar("T")
 # The SQL texts kept per statement, one per combination of its IN lists' lengths.
 _SIZED = 256
 
@@ -127,6 +129,13 @@ def _error(bridge: SessionBridge, sql: str, args: Any, exc: sqlite3.Error) -> DB
     return wrapped
 
 
+@functools.cache
+def insert_into(table: sa.Table, columns: tuple[str, ...]) -> Prepared:
+    """The one ``Prepared`` insert of rows giving ``columns`` into ``table`` (an executemany
+    needs the same columns in every row: callers pass the first row's)."""
+    return Prepared(sa.insert(table), columns=columns)
+
+
 class Prepared:
     """A Core statement with named bind parameters, built once (``build`` may be the statement
     or a function of the dialect's name, for SQL that differs) and run by the hot transactions.
@@ -163,21 +172,34 @@ class Prepared:
     def _session_statement(self, session: AsyncSession | SessionBridge) -> sa.Executable:
         return self.statement(session.get_bind().dialect.name)
 
+    def _on_cursor(
+        self,
+        bridge: SessionBridge,
+        params: Mapping[str, Any],
+        take: Callable[[sqlite3.Cursor, SQLiteForm], T],
+    ) -> T | None:
+        """``take(cursor, form)`` of the statement run on the direct transaction's cursor (a
+        driver error raised as the session would raise it); None: an empty ``IN`` list, which
+        the session runs."""
+        raw, compiled = self._direct(bridge)
+        prepared = compiled.args(params)
+        if prepared is None:
+            return None
+        sql, args = prepared
+        try:
+            return take(raw.execute(sql, args), compiled)
+        except sqlite3.Error as exc:
+            raise _error(bridge, sql, args, exc) from exc
+
     async def all(
         self, session: AsyncSession | SessionBridge, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         """The rows (as tuples, in the statement's column order) of a SELECT or a RETURNING."""
         params = params or {}
         if isinstance(session, SessionBridge):
-            raw, compiled = self._direct(session)
-            prepared = compiled.args(params)
-            if prepared is not None:
-                sql, args = prepared
-                try:
-                    fetched = raw.execute(sql, args).fetchall()
-                except sqlite3.Error as exc:
-                    raise _error(session, sql, args, exc) from exc
-                return compiled.rows(fetched)
+            rows = self._on_cursor(session, params, lambda cursor, form: form.rows(cursor.fetchall()))
+            if rows is not None:
+                return rows
         result = await session.execute(self._session_statement(session), dict(params))
         return [tuple(r) for r in result.all()]
 
@@ -187,14 +209,9 @@ class Prepared:
         """Run a write once; the number of rows it changed."""
         params = params or {}
         if isinstance(session, SessionBridge):
-            raw, compiled = self._direct(session)
-            prepared = compiled.args(params)
-            if prepared is not None:
-                sql, args = prepared
-                try:
-                    return int(raw.execute(sql, args).rowcount)
-                except sqlite3.Error as exc:
-                    raise _error(session, sql, args, exc) from exc
+            changed = self._on_cursor(session, params, lambda cursor, _form: int(cursor.rowcount))
+            if changed is not None:
+                return changed
         result = await session.execute(self._session_statement(session), dict(params))
         return int(cast(Any, result).rowcount)
 

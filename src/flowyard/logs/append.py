@@ -11,7 +11,6 @@ this module).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -20,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.clock import utcnow
-from flowyard.db.prepared import Prepared
+from flowyard.db.prepared import insert_into
 from flowyard.logs.models import LogEntry
 
 # A Core insert: an executemany without the ORM's unit of work.
@@ -59,13 +58,7 @@ async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) ->
     """Insert ``entries`` (dicts of the ``logs`` columns, as :func:`entry` or the runner's
     outcomes make them) in the caller's transaction: one statement however many."""
     if entries:
-        await _insert(tuple(entries[0])).many(session, entries)
-
-
-@functools.cache
-def _insert(columns: tuple[str, ...]) -> Prepared:
-    """The insert of entries giving ``columns`` (``entry`` gives them all)."""
-    return Prepared(sa.insert(_LOGS), columns=columns)
+        await insert_into(_LOGS, tuple(entries[0])).many(session, entries)
 
 
 async def append_one(session: AsyncSession, level: str, message: str, **fields: Any) -> None:

@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import isolate, metrics
 from flowyard.clock import utcnow
-from flowyard.db.dialect import dialect_insert
+from flowyard.db.dialect import insert_ignore_for
 from flowyard.db.prepared import Prepared
 from flowyard.db.session import Database
 from flowyard.errors import (
@@ -138,7 +138,7 @@ class WebhookLimits:
 _BUCKET_TABLE = cast(sa.Table, WebhookRateBucket.__table__)
 # A bucket, full, for each flow that has none yet.
 _NEW_BUCKETS = Prepared(
-    lambda dialect: dialect_insert(dialect, _BUCKET_TABLE).on_conflict_do_nothing(index_elements=["flow_id"]),
+    lambda dialect: insert_ignore_for(dialect, _BUCKET_TABLE, ["flow_id"]),
     columns=("flow_id", "tokens", "refilled_at"),
 )
 

@@ -9,7 +9,6 @@ makes the same UPDATE a safe single claimer.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import heapq
 from collections import Counter
@@ -26,7 +25,7 @@ from flowyard import isolate
 from flowyard.clock import utcnow
 from flowyard.db.base import UTCDateTime
 from flowyard.db.dialect import dialect_name, insert_ignore
-from flowyard.db.prepared import Prepared
+from flowyard.db.prepared import Prepared, insert_into
 from flowyard.flows.models import Flow
 from flowyard.flows.status import FlowStatus
 from flowyard.iam.visibility import owner_user_of, shares_owner
@@ -81,11 +80,6 @@ def queue_group_of(tenant: str | None, owner_user: str | None) -> str:
     if tenant:
         return f"t:{tenant}"
     return f"u:{owner_user}" if owner_user else "-"
-
-
-@functools.cache
-def _insert_executions(columns: tuple[str, ...]) -> Prepared:
-    return Prepared(sa.insert(_EXECUTIONS), columns=columns)
 
 
 _FLOWS = cast(sa.Table, Flow.__table__)
@@ -152,7 +146,7 @@ async def enqueue(
         # needs the same columns in every row.
         plain = [row for e, row in zip(items, rows, strict=True) if not e.extras()]
         if plain:
-            await _insert_executions(tuple(plain[0])).many(session, plain)
+            await insert_into(_EXECUTIONS, tuple(plain[0])).many(session, plain)
         for e, row in zip(items, rows, strict=True):
             if e.extras():
                 await session.execute(sa.insert(_EXECUTIONS), [row])
@@ -185,8 +179,9 @@ async def enqueue(
 
 # Groups with queued work and the oldest queued id of each: a loose index scan over
 # (status, queue_group, id), one index probe per group, however long the queue is.
-_QUEUED_GROUPS = sa.text(
-    """
+_QUEUED_GROUPS = Prepared(
+    sa.text(
+        """
     WITH RECURSIVE g(grp) AS (
         SELECT (SELECT queue_group FROM executions
                 WHERE status = 'queued' AND queue_group IS NOT NULL ORDER BY queue_group LIMIT 1)
@@ -199,18 +194,18 @@ _QUEUED_GROUPS = sa.text(
                  WHERE e.status = 'queued' AND e.queue_group = g.grp ORDER BY e.id LIMIT 1)
     FROM g WHERE grp IS NOT NULL
     """
+    )
 )
 
 
-_RUNNING_BY_GROUP = Prepared(
+_RUNNING = (
     sa.select(Execution.queue_group, sa.func.count())
     .where(Execution.status == RUNNING)
     .group_by(Execution.queue_group)
 )
+_RUNNING_BY_GROUP = Prepared(_RUNNING)
 _RUNNING_IN_GROUPS = Prepared(
-    sa.select(Execution.queue_group, sa.func.count())
-    .where(Execution.status == RUNNING, Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
-    .group_by(Execution.queue_group)
+    _RUNNING.where(Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
 )
 
 
@@ -254,7 +249,6 @@ def _pick_statement(*, taken: bool) -> Callable[[str], sa.Executable]:
 
 _PICK = Prepared(_pick_statement(taken=False))
 _PICK_MORE = Prepared(_pick_statement(taken=True))
-_QUEUED_GROUPS_P = Prepared(_QUEUED_GROUPS)
 
 
 async def _pick_fairly(
@@ -278,7 +272,7 @@ async def _pick_fairly(
     are added to ``held_back``. This only picks well; ``claim`` enforces the cap.
     ``running_seen`` receives the running counts it read (by group).
     """
-    heads = {grp: head for grp, head in await _QUEUED_GROUPS_P.all(session)}
+    heads = {grp: head for grp, head in await _QUEUED_GROUPS.all(session)}
     if not heads:
         return []
     running = await _running_by_group(session)
