@@ -7,7 +7,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
@@ -20,7 +19,7 @@ from flowyard.api import metrics as metrics_router
 from flowyard.api.docs import complete
 from flowyard.api.errors import ERROR_SCHEMA, install_error_handlers
 from flowyard.api.middleware import RequestContextMiddleware
-from flowyard.api.paths import RequestRules
+from flowyard.api.paths import RequestRules, answer
 from flowyard.components import builtins
 from flowyard.components import router as components_router
 from flowyard.components.registry import Registry
@@ -28,7 +27,6 @@ from flowyard.config import Settings
 from flowyard.console import router as console_router
 from flowyard.db.session import Database
 from flowyard.enginehost import EngineServices
-from flowyard.errors import Problem, error_body
 from flowyard.executions import router as executions_router
 from flowyard.flows import router as flows_router
 from flowyard.flows.schemas import MutableFlow, MutableFlowPatch
@@ -125,10 +123,7 @@ async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
         if started:
             return
         rid = scope.get("state", {}).get("request_id", "-")
-        body = orjson.dumps(error_body(500, [Problem(f"Internal error (request id {rid}).")]))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 500, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await answer(send, 500, f"Internal error (request id {rid}).")
 
 
 def create_app(

@@ -84,7 +84,7 @@ class RequestRules:
         query: bytes = scope.get("query_string", b"")
         if "\x00" in path or b"\x00" in query or b"%00" in query:
             where = "path" if "\x00" in path else "query string"
-            await _answer(send, 400, f"The {where} must not contain NUL characters (U+0000).")
+            await answer(send, 400, f"The {where} must not contain NUL characters (U+0000).")
             return
         if len(path) > 1 and path.endswith("/") and not self._matches(path) and self._matches(path[:-1]):
             scope = dict(scope)
@@ -97,9 +97,7 @@ class RequestRules:
             self.table()
         shadowed = self._literal.get(path)
         if shadowed is not None and scope["method"] not in shadowed:
-            await _answer(
-                send, 405, "Method not allowed.", [(b"allow", ", ".join(sorted(shadowed)).encode())]
-            )
+            await answer(send, 405, "Method not allowed.", [(b"allow", ", ".join(sorted(shadowed)).encode())])
             return
 
         async def send_allow(message: Message) -> None:
@@ -112,9 +110,10 @@ class RequestRules:
         await self.app(scope, receive, send_allow)
 
 
-async def _answer(
+async def answer(
     send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    """An error answered in the contract's shape, from ASGI code below the framework."""
     body = orjson.dumps(error_body(status, [Problem(message)]))
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
