@@ -265,6 +265,13 @@ class Settings(BaseSettings):
         description="Runner processes per engine process; flow code runs only in them. "
         "Default: one per CPU core.",
     )
+    runners_warm: int = Field(
+        1,
+        ge=1,
+        description="Runner processes started with the engine and kept running; the others (up to "
+        "FLOWYARD_RUNNERS) start when a tenant needs a runner or a tenant's work is CPU-bound, and stop "
+        "after FLOWYARD_RUNNER_SURGE_IDLE_SECONDS idle.",
+    )
     runner_concurrency: int = Field(
         32, ge=1, description="Executions one runner process runs at once (they overlap while awaiting)."
     )
@@ -275,7 +282,10 @@ class Settings(BaseSettings):
         "runner holds another tenant's executions (tenants never share a runner).",
     )
     runner_surge_idle_seconds: float = Field(
-        30.0, gt=0, description="Seconds a surge runner may stay idle before it is stopped."
+        30.0,
+        gt=0,
+        description="Seconds a runner started on demand (a surge runner, or a runner beyond "
+        "FLOWYARD_RUNNERS_WARM) may stay idle before it is stopped.",
     )
     runner_quarantine_seconds: float = Field(
         10.0,

@@ -43,6 +43,7 @@ def _ready(pool: RunnerPool) -> list[dict[str, object]]:
     [
         {
             "runners": 2,
+            "runners_warm": 1,
             "runner_surge": 1,
             "execution_cpu_seconds": 20,
             "code_cpu_seconds": 20,
@@ -55,11 +56,15 @@ async def test_a_busy_loop_gets_a_second_runner_and_extra_runners_are_demoted(
     pool: RunnerPool, registry: Registry
 ) -> None:
     burn = _spec(registry, _burn(30_000_000))  # seconds of CPU in constant memory
-    await wait_until(lambda: _now(len(_ready(pool)) == 2), within=30)
+    await wait_until(lambda: _now(len(_ready(pool)) == 1), within=30)
+    await asyncio.sleep(0.5)
+    assert len(_ready(pool)) == 1, "one runner started with the pool (FLOWYARD_RUNNERS_WARM=1)"
     a1 = asyncio.ensure_future(pool.run(burn, _claimed(burn, {"n": 1})))
     await wait_until(lambda: _now(any(s.hot for s in pool.placement.seats.values())), within=30)
     a2 = asyncio.ensure_future(pool.run(burn, _claimed(burn, {"n": 2})))
+    # Its runner is hot: the second base runner is started on demand, not a surge one.
     await wait_until(lambda: _now(sorted(r["running"] for r in _ready(pool)) == [1, 1]), within=30)
+    assert not any(r["surge"] for r in _ready(pool))
     assert pool.demoted == 0, "one tenant at work: nobody is demoted"
     base = pool.settings.runner_nice
     assert sorted(_nice(int(r["pid"])) for r in _ready(pool)) == [base, base]
@@ -87,7 +92,7 @@ async def test_a_busy_loop_gets_a_second_runner_and_extra_runners_are_demoted(
 
 @pytest.mark.parametrize(
     "pool",
-    [{"runners": 2, "runner_surge": 0, "execution_cpu_seconds": 0.5}],
+    [{"runners": 2, "runners_warm": 2, "runner_surge": 0, "execution_cpu_seconds": 0.5}],
     indirect=True,
 )
 async def test_a_tenant_that_kills_a_runner_runs_demoted_while_another_has_work(

@@ -49,7 +49,14 @@ class Model:
             seat = self.placement.seats[rid]
             assert seq in seat.jobs
         self.pending += [(True, None)] * plan.start_surge
+        self.pending += [(False, None)] * plan.start_base  # base runners started on demand
         self.pending += [(False, None)] * len(plan.recycle)  # the pool replaces a demoted base runner
+        for rid in plan.retire:
+            assert rid not in self.placement.seats, "a retired runner is still offered"
+        base_up = sum(not s.surge for s in self.placement.seats.values())
+        base_pending = sum(not surge for surge, _ in self.pending)
+        assert base_up + base_pending <= self.placement.base, "more base runners than FLOWYARD_RUNNERS"
+        assert self.placement.base_starting == base_pending, "placement miscounts runners on their way"
         groups_with_work = {t.group for t in self.placement.tickets.values()}
         if len(groups_with_work) < 2:
             assert not plan.demote, "demoted with one tenant at work"
@@ -171,16 +178,23 @@ ops = st.lists(
     capacity=st.integers(1, 4),
     surge=st.integers(0, 2),
     quarantine=st.sampled_from([0.0, 10.0]),
+    warm=st.integers(1, 3),
 )
 def test_placement_never_blames_an_innocent_nor_mixes_tenants(
-    ops: list[tuple[str, object, object]], base: int, capacity: int, surge: int, quarantine: float
+    ops: list[tuple[str, object, object]], base: int, capacity: int, surge: int, quarantine: float, warm: int
 ) -> None:
+    warm = min(warm, base)
     m = Model(
         Placement(
-            base=base, capacity=capacity, surge=surge, surge_idle_seconds=30, quarantine_seconds=quarantine
+            base=base,
+            capacity=capacity,
+            surge=surge,
+            surge_idle_seconds=30,
+            quarantine_seconds=quarantine,
+            warm=warm,
         )
     )
-    m.pending = [(False, None)] * base
+    m.pending = [(False, None)] * warm
     m.bring_up()
     for op, a, b in ops:
         if op == "submit":
@@ -445,3 +459,60 @@ def test_a_runner_lingers_for_its_tenant_and_a_charged_tenant_cannot_take_it() -
     assert p.seats[1].group is None, "the linger is over: free for any tenant"
     p.submit(7, "t:a", 2.7)
     assert p.plan(2.7).place == [(7, 3)], "A still runs on its one runner while penalised"
+
+
+def test_base_runners_beyond_the_warm_ones_start_on_demand_and_stop_when_idle() -> None:
+    p = Placement(base=2, capacity=8, surge=2, surge_idle_seconds=30, warm=1, linger_seconds=1)
+    assert p.base_starting == 1, "only the warm runner is started with the pool"
+    p.runner_up(1, surge=False, now=0)
+    for seq in (1, 2, 3):
+        p.submit(seq, "t:a", 0)
+    plan = p.plan(0)
+    assert sorted(plan.place) == [(1, 1), (2, 1), (3, 1)]
+    assert (plan.start_base, plan.start_surge) == (0, 0), "one tenant, a cool runner: nothing started"
+    p.submit(4, "t:b", 1)
+    plan = p.plan(1)
+    assert (plan.place, plan.start_base, plan.start_surge) == ([], 1, 0), "a base runner before a surge one"
+    assert p.plan(1.5).start_base == 0, "asked for once while it starts"
+    p.runner_up(2, surge=False, now=2)
+    assert p.plan(2).place == [(4, 2)]
+    for seq in (1, 2, 3):
+        p.finish(seq, 3)
+    p.finish(4, 4)
+    assert p.plan(30).retire == [], "idle, but not for long enough"
+    plan = p.plan(34)
+    assert plan.retire == [1], "one runner stops after its idle time (the one idle longest)"
+    assert p.plan(100).retire == [], "the warm one is kept"
+    p.submit(5, "t:a", 101)
+    p.submit(6, "t:b", 101)
+    plan = p.plan(101)
+    assert plan.place == [(5, 2)] and plan.start_base == 1, "started again when needed"
+
+
+def test_cpu_bound_work_of_one_tenant_starts_the_next_base_runner() -> None:
+    p = Placement(base=2, capacity=8, surge=0, warm=1)
+    p.runner_up(1, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    assert p.plan(0).place == [(1, 1)]
+    assert p.heat(1, True)
+    p.submit(2, "t:a", 1)
+    plan = p.plan(1)
+    assert (plan.place, plan.start_base) == ([], 1), "its runner is hot: a second one is started"
+    p.runner_up(2, surge=False, now=2)
+    assert p.plan(2).place == [(2, 2)]
+
+
+def test_a_dead_runner_is_replaced_even_when_it_was_started_on_demand() -> None:
+    p = Placement(base=2, capacity=8, surge=0, warm=1, quarantine_seconds=0, penalty_seconds=0)
+    p.runner_up(1, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    p.submit(2, "t:b", 0)
+    plan = p.plan(0)
+    assert plan.place == [(1, 1)] and plan.start_base == 1
+    p.runner_up(2, surge=False, now=1)
+    assert p.plan(1).place == [(2, 2)]
+    death = p.died(2, 2, "cpu", 2)
+    assert death.culprit == 2
+    assert p.base_starting == 1, "the pool replaces it: counted on its way"
+    p.submit(3, "t:b", 3)
+    assert p.plan(3).start_base == 0, "no second start beside the replacement"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from typing import Any
 
 import httpx
@@ -149,6 +150,42 @@ async def test_without_surge_another_tenant_waits_for_the_runner_to_empty(
 
 async def _async(value: bool) -> bool:
     return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [{"runners": 2, "runners_warm": 1, "runner_surge": 1, "runner_surge_idle_seconds": 1.0}],
+    indirect=True,
+)
+async def test_a_second_runner_starts_for_another_tenant_and_stops_when_idle(
+    pool: RunnerPool, registry: Registry
+) -> None:
+    """FLOWYARD_RUNNERS=2, one warm: the second runner (a base one, not a surge one) starts only
+    when another tenant needs a runner, and stops, its process gone, once idle; the warm one stays."""
+    slow = _spec(registry, _delay(1.5))
+    await _until(pool, [(0, False)])
+    await asyncio.sleep(1.5)
+    assert _running(pool) == [(0, False)], "one tenant's pool starts one runner"
+    first = asyncio.ensure_future(pool.run(slow, _claimed(slow)))
+    await _until(pool, [(1, False)])
+    theirs = dataclasses.replace(_claimed(slow, {"n": 9}), tenant="t-2")
+    second = asyncio.ensure_future(pool.run(slow, theirs))
+    await _until(pool, [(1, False), (1, False)])
+    pids = [int(r["pid"]) for r in pool.stats()["runners"] if r["ready"]]
+    assert [o.status for o in await asyncio.gather(first, second)] == ["succeeded"] * 2
+    await _until(pool, [(0, False)])
+    gone = [pid for pid in pids if not _alive(pid)]
+    assert len(gone) == 1, "the idle on-demand runner's process is stopped"
+    again = await pool.run(slow, dataclasses.replace(_claimed(slow, {"n": 10}), tenant="t-3"))
+    assert again.status == "succeeded"
 
 
 @pytest.mark.parametrize("pool", [{"runner_memory_mb": 128}], indirect=True)

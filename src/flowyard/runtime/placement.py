@@ -19,6 +19,12 @@ Placement:
   idle); past that, the runner of the group holding the most runners is *drained* (takes
   no new executions) so that it frees up for the group without one. Tenants are never
   mixed.
+- Base runners start on demand: ``warm`` of the ``base`` runners are started with the pool
+  and kept; the others are asked for (``Plan.start_base``) when a group finds no runner it
+  may take, before any surge runner or drain, and stop again (``Plan.retire``) after
+  ``surge_idle_seconds`` idle while more than ``warm`` are up. So a machine with one tenant
+  at work runs one runner (issue 19: memory), and a second tenant, or a first one's CPU-bound
+  work, starts the next one.
 - An execution that must run *alone* (a suspect, or one of a quarantined group) takes an
   empty runner and nothing else is placed beside it; a suspect takes a *fresh* runner (one
   that has run nothing yet: the replacement of the runner that died, a surge runner) when
@@ -112,6 +118,7 @@ class Ticket:
 class Plan:
     place: list[tuple[int, int]] = field(default_factory=list)  # (execution seq, runner id)
     start_surge: int = 0  # surge runners to start
+    start_base: int = 0  # base runners to start (on demand, beyond the warm ones)
     retire: list[int] = field(default_factory=list)  # idle surge runners to stop
     demote: list[int] = field(default_factory=list)  # runners to run at a lower CPU priority
     recycle: list[int] = field(default_factory=list)  # empty demoted base runners: replace them
@@ -139,8 +146,13 @@ class Placement:
         demote: bool = True,
         penalty_seconds: float = 30.0,
         linger_seconds: float = 1.0,
+        warm: int | None = None,
     ) -> None:
         self.base = base
+        self.warm = base if warm is None else max(1, min(warm, base))
+        # Base runners asked for and not up yet: the warm ones at first, then each replacement
+        # (of a runner that died or was recycled) and each started on demand.
+        self.base_starting = self.warm
         self.capacity = capacity
         self.surge = surge
         self.surge_idle_seconds = surge_idle_seconds
@@ -161,6 +173,8 @@ class Placement:
         """A runner is ready; ``reserved_for``: it was started demoted for that penalised group."""
         if surge:
             self.surge_starting = max(0, self.surge_starting - 1)
+        else:
+            self.base_starting = max(0, self.base_starting - 1)
         seat = Seat(rid, surge, idle_since=now)
         if reserved_for is not None:
             seat.group, seat.demoted = reserved_for, True
@@ -217,6 +231,8 @@ class Placement:
         death = Death()
         if seat is None:
             return death
+        if not seat.surge:
+            self.base_starting += 1  # the pool starts its replacement
         aboard = [self.tickets[s] for s in sorted(seat.jobs) if s in self.tickets]
         for t in aboard:
             t.rid = None
@@ -305,17 +321,23 @@ class Placement:
         self._relieve(plan, blocked)
         self._demote(plan)
         for seat in self._emptied:
-            (plan.retire if seat.surge else plan.recycle).append(seat.rid)
+            if seat.surge:
+                plan.retire.append(seat.rid)
+            else:
+                plan.recycle.append(seat.rid)
         self._emptied.clear()
-        for seat in list(self.seats.values()):
-            if (
-                seat.surge
-                and not seat.jobs
-                and not seat.condemned
-                and now - seat.idle_since >= self.surge_idle_seconds
-            ):
+        base_up = sum(not s.surge for s in self.seats.values())
+        for seat in sorted(self.seats.values(), key=lambda s: (s.idle_since, s.rid)):
+            if seat.jobs or seat.condemned or now - seat.idle_since < self.surge_idle_seconds:
+                continue
+            if seat.surge:
                 del self.seats[seat.rid]
                 plan.retire.append(seat.rid)
+            elif base_up > self.warm and not seat.demoted:
+                # Started on demand and idle long enough: stopped, to be started again when needed.
+                del self.seats[seat.rid]
+                plan.retire.append(seat.rid)
+                base_up -= 1
         return plan
 
     # -- rules ----------------------------------------------------------------------------
@@ -354,7 +376,9 @@ class Placement:
         return seat.demoted and not seat.jobs
 
     def _release(self, seat: Seat) -> None:
-        self.seats.pop(seat.rid, None)
+        """Taken out of placement, to be stopped (surge) or replaced by a fresh one (base)."""
+        if self.seats.pop(seat.rid, None) is not None and not seat.surge:
+            self.base_starting += 1  # counted on its way from now: nobody starts one for it
         self._emptied.append(seat)
 
     def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
@@ -441,8 +465,15 @@ class Placement:
                 held[seat.group] += 1
         return held
 
+    def _unstarted(self) -> int:
+        """Base runners neither up nor asked for: they may be started on demand."""
+        return self.base - sum(not s.surge for s in self.seats.values()) - self.base_starting
+
     def _relief_possible(self, group: str) -> bool:
-        """A surge runner can be started, or another group holds a runner that may be drained."""
+        """A runner can be started (a base one on demand, a surge one), or another group holds
+        a runner that may be drained."""
+        if self._unstarted() > 0 or self.base_starting:
+            return True
         if sum(s.surge for s in self.seats.values()) + self.surge_starting < self.surge:
             return True
         return any(s.jobs and s.group != group and not s.condemned for s in self.seats.values())
@@ -483,8 +514,6 @@ class Placement:
             # A group not penalised waits: runners reserved for penalised ones are replaced.
             for seat in [s for s in self.seats.values() if self._reserved(s)]:
                 self._release(seat)
-        if sum(not s.surge for s in self.seats.values()) < self.base:
-            return  # runners are on their way (start-up, a replacement)
         share = self._fair_share()
         firsts = self._firsts()
         short = sorted(blocked, key=lambda g: held.get(g, 0))
@@ -497,6 +526,15 @@ class Placement:
             if (firsts.get(g, 0) == 0 or held[g] < share)
             and not (self._penalised(g) and (held.get(g, 0) or self._others_wait(g)))
         ]
+        unstarted = self._unstarted()
+        if unstarted > 0 and len(short) > self.base_starting:
+            # Base runners first (started on demand), one per short group not already
+            # covered by one on its way.
+            n = min(unstarted, len(short) - self.base_starting)
+            plan.start_base += n
+            self.base_starting += n
+        if self.base_starting or unstarted > 0:
+            return  # runners are on their way (start-up, a replacement, on demand)
         surge_up = sum(s.surge for s in self.seats.values())
         drains_needed = 0
         for _ in short:

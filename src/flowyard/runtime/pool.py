@@ -146,7 +146,8 @@ class _Runner:
     slot: Slot
     rid: int = 0
     surge: bool = False
-    retiring: bool = False  # an idle surge runner stopped by placement: nobody to blame
+    retiring: bool = False  # stopped empty by placement (idle, or demoted): nobody to blame
+    replace: bool = False  # retiring, to be replaced by a fresh one (a demoted base runner)
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     dead: bool = False
@@ -168,6 +169,7 @@ class RunnerPool:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.size = settings.runner_count()
+        self.warm = min(self.size, settings.runners_warm)
         self.slots = self.size * settings.runner_concurrency
         self._runners: list[_Runner] = []
         self._jobs: dict[int, _Job] = {}
@@ -183,7 +185,9 @@ class RunnerPool:
             penalty_seconds=settings.runner_penalty_seconds,
             linger_seconds=settings.runner_linger_seconds,
             demote=settings.runner_demote_nice > 0,
+            warm=self.warm,
         )
+        self._base_indexes: set[int] = set()  # base runners' indexes started (or up) now
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
         self._spawns: set[asyncio.Task[None]] = set()
@@ -196,8 +200,10 @@ class RunnerPool:
         self._reheat = False
 
     async def start(self) -> None:
-        """Start the runners in the background; work handed in meanwhile waits for the first."""
-        for i in range(self.size):
+        """Start the warm runners in the background; work handed in meanwhile waits for the
+        first. The other base runners start when placement asks for them."""
+        for i in range(self.warm):
+            self._base_indexes.add(i)
             self._spawn(i, delay=0.0)
         self._watch = asyncio.create_task(self._watchdog(), name="flowyard-runner-watchdog")
 
@@ -288,11 +294,19 @@ class RunnerPool:
                     job.future.set_exception(RuntimeError("placement named a runner that is gone"))
                 continue
             self._send_job(r, job)
+        for _ in range(plan.start_base):
+            index = min(set(range(self.size)) - self._base_indexes)
+            self._base_indexes.add(index)
+            self._spawn(index, delay=0.0)
         for _ in range(plan.start_surge):
             self._spawn(next(self._surge_index), delay=0.0, surge=True)
-        for rid in [*plan.retire, *plan.recycle]:  # empty: nobody to blame (a base one is replaced)
+        for rid in plan.retire:  # empty: nobody to blame
             if (r := by_rid.get(rid)) is not None:
                 r.retiring = True
+                _sigkill(r)
+        for rid in plan.recycle:  # empty and demoted: a fresh one in its place
+            if (r := by_rid.get(rid)) is not None:
+                r.retiring = r.replace = True
                 _sigkill(r)
         if plan.demote:
             for rid in plan.demote:
@@ -495,8 +509,10 @@ class RunnerPool:
         r.jobs.clear()
         if r.retiring and not jobs:
             self.placement.gone(r.rid)
-            if not r.surge:
+            if r.replace:
                 self._spawn(r.index, delay=0.0)  # a demoted base runner: a fresh one in its place
+            elif not r.surge:
+                self._base_indexes.discard(r.index)  # idle: started again on demand
             return
         metrics.runner_killed(limit)
         kind = "crash" if limit.startswith("crash:") else limit
