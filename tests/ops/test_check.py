@@ -202,6 +202,11 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
     await _bad_cell(db, "logs", "data", log_id, '"\\udfff"')
     if db.is_sqlite:  # nothing stops a raw write of a value deeper than the store writes
         await _bad_cell(db, "executions", "steps", good, "[" * 200 + "]" * 200)
+        # A packed steps document (db/packed.py) whose deflate stream is broken.
+        async with db.write() as session:
+            await session.execute(
+                sa.text("UPDATE executions SET steps = :v WHERE id = :k"), {"v": b"\x01\xff\xfe", "k": done}
+            )
 
     report = await check(settings)
     assert not report.ok
@@ -212,7 +217,7 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
         ("executions", running, "input"),
         ("executions", done, "result"),
         ("logs", log_id, "data"),
-    } | ({("executions", good, "steps")} if db.is_sqlite else set())
+    } | ({("executions", good, "steps"), ("executions", done, "steps")} if db.is_sqlite else set())
     cells = found["unreadable"]
     assert {(c["table"], c["id"], c["column"]) for c in cells} == expected  # type: ignore[union-attr]
     whys = {(c["id"], c["column"]): c["why"] for c in cells}  # type: ignore[union-attr]
@@ -220,6 +225,7 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
     assert "surrogate" in whys[(running, "input")]
     if db.is_sqlite:
         assert whys[(good, "steps")] == "nests deeper than 131 levels"
+        assert whys[(done, "steps")].startswith("a packed value that cannot be inflated ("), whys
     assert "flowyard check --quarantine" in str(found["summary"])
 
     report = await check(settings, quarantine=True)
@@ -255,6 +261,7 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
     if db.is_sqlite:  # a quarantined steps document is served as no steps (its text stays stored)
         assert rows[good].steps == "[" * 200 + "]" * 200
         assert steps_of(rows[good]) == []
+        assert rows[done].steps == repr(b"\x01\xff\xfe") and steps_of(rows[done]) == []
 
 
 def test_check_command_names_and_quarantines_unreadable_cells(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ Read-only: it connects, reads and reports; it never migrates, reaps or repairs (
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,7 @@ import sqlalchemy as sa
 from flowyard.clock import isoformat, utcnow
 from flowyard.config import Settings
 from flowyard.db import migrate
+from flowyard.db import packed as packed_cells
 from flowyard.db.session import Database
 from flowyard.jsonvalue import MAX_DEPTH, depth_exceeds
 from flowyard.models import metadata
@@ -207,12 +209,21 @@ class BadCell:
         return f"{self.table} {self.key} {self.column}: {self.why}"
 
 
-def _cell_problem(raw: Any, limit: int) -> str | None:
-    """Why a stored JSON cell (its raw text, or a number SQLite kept) cannot be read and served."""
+def _cell_problem(raw: Any, limit: int, packed: bool = False) -> str | None:
+    """Why a stored JSON cell (its raw text, or a number SQLite kept, or the BLOB of a packed
+    column: db/packed.py) cannot be read and served."""
     if raw is None or isinstance(raw, bool):
         return None
     if isinstance(raw, int | float):
         return None if math.isfinite(raw) else f"a number JSON cannot hold ({raw!r})"
+    if isinstance(raw, bytes) and packed:
+        try:
+            value = packed_cells.unpack_checked(raw)
+        except orjson.JSONDecodeError as exc:
+            return f"not JSON orjson reads once inflated ({exc.msg}, at character {exc.pos})"
+        except (ValueError, zlib.error) as exc:
+            return f"a packed value that cannot be inflated ({exc})"
+        return f"nests deeper than {limit} levels" if depth_exceeds(value, limit) else None
     if isinstance(raw, bytes):
         return "bytes, not text"
     try:
@@ -227,7 +238,7 @@ def _cell_problem(raw: Any, limit: int) -> str | None:
 def _json_tables() -> list[tuple[sa.Table, list[sa.Column[Any]]]]:
     out = []
     for table in metadata.sorted_tables:
-        columns = [c for c in table.columns if isinstance(c.type, sa.JSON)]
+        columns = [c for c in table.columns if isinstance(c.type, sa.JSON | packed_cells.PackedJson)]
         if columns:
             out.append((table, columns))
     return out
@@ -240,8 +251,14 @@ async def find_bad_cells(db: Database) -> list[BadCell]:
         keys = list(table.primary_key.columns)
         # The stored text, not the value: PostgreSQL's driver would parse a json column itself
         # (and fail on the very cells looked for), so it casts; SQLite's cell is as it is.
+        # A packed column's SQLite cell is a BLOB (or JSON text written before packing): as it is.
         coerce = sa.type_coerce if db.is_sqlite else sa.cast
-        raw = [coerce(c, sa.UnicodeText()).label(c.name) for c in columns]
+        raw = [
+            (packed_cells.raw_cell(c, sqlite=True) if _packed(c, db) else coerce(c, sa.UnicodeText())).label(
+                c.name
+            )
+            for c in columns
+        ]
         last: tuple[Any, ...] | None = None
         while True:
             query = sa.select(*keys, *raw).order_by(*keys).limit(_PAGE)
@@ -253,13 +270,17 @@ async def find_bad_cells(db: Database) -> list[BadCell]:
                 key = row[0] if len(keys) == 1 else list(row[: len(keys)])
                 for column, value in zip(columns, row[len(keys) :], strict=True):
                     limit = MAX_DEPTH + _WRAPPED.get((table.name, column.name), 0)
-                    why = _cell_problem(value, limit)
+                    why = _cell_problem(value, limit, packed=_packed(column, db))
                     if why is not None:
                         bad.append(BadCell(table.name, key, column.name, why, value))
             if len(rows) < _PAGE:
                 break
             last = tuple(rows[-1][: len(keys)])
     return bad
+
+
+def _packed(column: sa.Column[Any], db: Database) -> bool:
+    return db.is_sqlite and isinstance(column.type, packed_cells.PackedJson)
 
 
 async def quarantine_cells(db: Database, bad: list[BadCell]) -> list[str]:

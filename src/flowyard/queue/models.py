@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
+from flowyard.db.packed import PackedJson
 
 # How long a webhook Idempotency-Key answers with the first execution.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -32,7 +33,8 @@ class Execution(Base):
     result: Mapped[Any] = mapped_column(JsonValue, nullable=True)
     # The step results, one JSON document in the served shape (queue/steps.py), written
     # with the outcome by the same UPDATE: no row per step. Deferred: lists do not read it.
-    steps: Mapped[Any] = mapped_column(JsonValue, nullable=True, deferred=True)
+    # On SQLite packed: deflated against a dictionary of its keys (db/packed.py).
+    steps: Mapped[Any] = mapped_column(PackedJson, nullable=True, deferred=True)
     error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

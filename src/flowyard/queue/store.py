@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import isolate
 from flowyard.clock import utcnow
+from flowyard.db import packed
 from flowyard.db.base import UTCDateTime
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.prepared import Prepared, insert_into
@@ -1028,7 +1029,7 @@ async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) ->
                 Execution.owner_user,
                 Execution.error,
                 sa.cast(Execution.input, sa.Text).label("input"),
-                sa.cast(Execution.steps, sa.Text).label("steps"),
+                packed.raw_cell(Execution.steps, sqlite=dialect_name(session) == "sqlite").label("steps"),
                 Flow.error_flow_id,
                 sa.cast(Flow.owners, sa.Text).label("owners"),
             )
@@ -1087,7 +1088,7 @@ async def start_error_flows(session: AsyncSession, failed_ids: Sequence[str]) ->
                 )
             )
             continue
-        step_docs = _loads(row.steps)
+        step_docs = packed.unpack_or_none(row.steps)
         failed_step = next(
             (
                 s.get("nodeId")
