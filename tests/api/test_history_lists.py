@@ -401,3 +401,53 @@ async def test_every_page_query_is_checked(
         r = await client.get("/executions", headers=world.alice.headers)
     assert r.status_code == 200 and r.json()["data"]
     assert len(seen) >= 2 and any("ORDER BY" in s for s, _p in seen)
+
+
+async def test_a_members_page_reads_added_owner_flows_by_flow_not_by_status(
+    client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
+) -> None:
+    """Alice's tenant was added as an owner of one of bob's flows (tenant B): her pages merge
+    her tenant's range with that flow's. Each range is read in id order from its own index; the
+    added flow's executions are never found by scanning every tenant's executions of a status
+    (``ix_executions_status_id``), which grows with the whole history."""
+    world = await make_world(client, db, factory, admin)
+    tenant_a, tenant_b = world.alice.tenant, world.bob.tenant
+    shared = next(fid for fid, (tenant, _user) in world.flows.items() if tenant == tenant_b)
+    owners = [
+        {"id": tenant_b, "type": "tenant"},
+        {"id": world.bob.id, "type": "user"},
+        {"id": tenant_a, "type": "tenant"},
+    ]
+    r = await client.patch(f"/flows/{shared}", json={"owners": owners}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+    await add_runs(db, world, shared, 8)
+
+    def hers(run: Run) -> bool:
+        return sees(world, world.alice, run) or run.flow == shared
+
+    for status in (None, "failed"):
+        want = sorted((r.id for r in world.runs if hers(r) and status in (None, r.status)), reverse=True)
+        assert any(world.flows.get(r.flow, (None,))[0] == tenant_b for r in world.runs if r.id in want)
+        params: dict[str, Any] = {"page[size]": 3} | ({"filter[status]": status} if status else {})
+        got: list[str] = []
+        for number in range(1, len(want) // 3 + 2):
+            with statements(db) as seen:
+                page = await meta(client, "/executions", world.alice, **params, **{"page[number]": number})
+            assert page["total"] == len(want) and page["totalExact"] is True
+            got += page["ids"]
+            for statement, parameters in seen:
+                plan = await plan_text(db, statement, parameters)
+                assert "ix_executions_status_id" not in plan, (status, number, plan)
+                assert not await plan_problems(db, statement, parameters), (status, number, statement)
+        assert got == want, status
+
+
+async def plan_text(db: Database, statement: str, parameters: Any) -> str:
+    async with db.engine.connect() as conn:
+        if db.is_sqlite:
+            rows = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)).all()
+            return "\n".join(str(r[-1]) for r in rows)
+        for setting in ("enable_seqscan", "enable_sort", "enable_bitmapscan"):
+            await conn.exec_driver_sql(f"SET LOCAL {setting} = off")
+        rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
+        return "\n".join(str(r[0]) for r in rows)

@@ -80,7 +80,14 @@ def _added_owner_flows(principal: Principal) -> sa.Select[str]:
     return sa.select(Flow.id).where(Flow.id.in_(flows.visible_flow_ids(principal)), added)
 
 
-def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
+# Added-owner flows read one by one in a list (an index range in id order each, merged) up to
+# this many; past it, as one IN range that a page must sort.
+_ADDED_FLOW_ARMS = 32
+
+
+def visible_parts(
+    principal: Principal, added_flows: Sequence[str] | None = None
+) -> list[sa.ColumnElement[bool]]:
     """The executions the caller may see (SPEC §2: the executions of the flows it sees), as
     disjoint parts that each use an index:
 
@@ -88,7 +95,9 @@ def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
       and of a flow the caller sees now (``flows.owned_clause``: a probe of ``flow_owners``
       from the ``flow_id`` the list indexes carry);
     - the rest of the executions of the flows the caller sees through an added owner
-      (``_added_owner_flows``), read by flow.
+      (``_added_owner_flows``), read by flow: with ``added_flows`` (those flows, read first by
+      ``list_executions``), one part per flow, each one index range in id order; without, one
+      part over all of them.
 
     A deleted flow has no owners left: its executions leave the caller's lists with it (admins
     still see them; counts and logs keep them). Admins see every execution.
@@ -98,10 +107,11 @@ def visible_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
     owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
     recorded = _recorded_parts(principal)
     parts = [sa.and_(part, owned) for part in recorded]
-    not_recorded = sa.not_(sa.or_(*recorded))
-    parts.append(
-        sa.and_(Execution.flow_id.in_(_added_owner_flows(principal)), sa.or_(not_recorded, sa.false()))
-    )
+    not_recorded = sa.or_(sa.not_(sa.or_(*recorded)), sa.false())
+    if added_flows is None:
+        parts.append(sa.and_(Execution.flow_id.in_(_added_owner_flows(principal)), not_recorded))
+    else:
+        parts += [sa.and_(Execution.flow_id == fid, not_recorded) for fid in added_flows]
     return parts
 
 
@@ -192,7 +202,15 @@ async def list_executions(
     # index range in id order (models.Execution's list indexes); the total is counted up to
     # a bound, and a page is read from the part that has rows (the usual case: a member's
     # executions are its tenant's) or merged from both (dialect.newest_of).
-    parts = [sa.and_(part, *where) for part in visible_parts(principal)]
+    # A page merges its parts newest first; a part over several flows (an IN range) is not in
+    # id order, so a merge would read all its rows (every execution of those flows with the
+    # status, however old): the flows are read first and each made a part of its own.
+    added: Sequence[str] | None = None
+    if not principal.is_admin:
+        added = (await session.scalars(_added_owner_flows(principal).limit(_ADDED_FLOW_ARMS + 1))).all()
+        if len(added) > _ADDED_FLOW_ARMS:
+            added = None
+    parts = [sa.and_(part, *where) for part in visible_parts(principal, added)]
     arms = [sa.select(Execution.id).where(part) for part in parts]
     total = await bounded_total(session, arms, offset=lq.offset)
     if not total.used or (total.exact and lq.offset >= total.count):
