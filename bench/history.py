@@ -118,10 +118,14 @@ async def fill(db: Database, args: argparse.Namespace) -> tuple[Any, list[dict[s
         outcomes = []
         for c in claimed:
             failed = rng.random() < 0.1
+            # What the runner writes (runtime/runner.py): one summary entry per step that ran,
+            # its counts in ``data``, and the error entry of a step that failed.
             entries = [
                 logs.entry(
                     "error" if failed and node == "out" else "info",
-                    f"{node} ran",
+                    f"step {node} failed: HTTP 502 from the peer"
+                    if failed and node == "out"
+                    else f"step {node} ({component}) ran 1 time(s) in 1.5 ms, 1 message(s) out",
                     tenant=c.tenant,
                     user_id=c.owner_user,
                     flow_id=c.flow_id,
@@ -129,6 +133,9 @@ async def fill(db: Database, args: argparse.Namespace) -> tuple[Any, list[dict[s
                     step_id=node,
                     component_id=component,
                     timestamp=c.created_at,
+                    data=None
+                    if failed and node == "out"
+                    else {"runs": 1, "attempts": 1, "messagesIn": 1, "messagesOut": 1, "durationMs": 1.5},
                 )
                 for node, component in (("in", "webhook"), ("map", "jsonata"), ("out", "log"))
             ]
@@ -226,8 +233,90 @@ async def measure(db: Database, args: argparse.Namespace, people: Any, flows: li
                     )
 
 
+_HISTORY_TABLES = ("executions", "logs")
+_COUNTER_TABLES = ("flow_day_counts", "flow_period_counts", "component_day_counts", "component_period_counts")
+
+
+async def storage(db: Database) -> dict[str, int]:
+    """Bytes on disk: the history's tables with their indexes, the counters with theirs, and
+    the whole database (SQLite: the file's used pages; PostgreSQL: the database)."""
+    out: dict[str, int] = {}
+    async with db.engine.connect() as conn:
+        if db.is_sqlite:
+            rows: list[Any] = list(
+                await conn.exec_driver_sql(
+                    "SELECT coalesce(i.tbl_name, d.name), sum(d.pgsize) FROM dbstat AS d "
+                    "LEFT JOIN sqlite_schema AS i ON i.name = d.name GROUP BY 1"
+                )
+            )
+            by_table = {str(row[0]): int(row[1]) for row in rows}
+            page = int((await conn.exec_driver_sql("PRAGMA page_size")).scalar() or 0)
+            pages = int((await conn.exec_driver_sql("PRAGMA page_count")).scalar() or 0)
+            free = int((await conn.exec_driver_sql("PRAGMA freelist_count")).scalar() or 0)
+            out["database"] = (pages - free) * page
+            out["file"] = pages * page
+        else:
+            by_table = {}
+            for name in (*_HISTORY_TABLES, *_COUNTER_TABLES):
+                by_table[name] = int(
+                    (await conn.exec_driver_sql(f"SELECT pg_total_relation_size('{name}')")).scalar() or 0
+                )
+            out["database"] = int(
+                (await conn.exec_driver_sql("SELECT pg_database_size(current_database())")).scalar() or 0
+            )
+    for name in _HISTORY_TABLES:
+        out[name] = by_table.get(name, 0)
+    out["counters"] = sum(by_table.get(name, 0) for name in _COUNTER_TABLES)
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:,.1f} MiB"
+
+
+async def ops(db: Database, args: argparse.Namespace, directory: Path | None) -> None:
+    """Storage per execution, then (SQLite) ``flowyard backup`` and ``flowyard check`` timed,
+    then a first pruning pass of half the history, timed, and what it gave back."""
+    from flowyard.config import Settings
+    from flowyard.ops import backup as ops_backup
+    from flowyard.ops import check as ops_check
+    from flowyard.queue import pruner
+
+    async with db.read() as session:
+        count = int(await session.scalar(sa.text("SELECT count(*) FROM executions")) or 0)
+    sizes = await storage(db)
+    per = {k: v / max(1, count) for k, v in sizes.items()}
+    print(
+        f"storage: {count} executions; database {_mib(sizes['database'])} ({per['database'] / 1024:.2f} KiB "
+        f"per execution): executions + indexes {per['executions']:.0f} B, logs + indexes "
+        f"{per['logs']:.0f} B, counters {per['counters']:.0f} B per execution"
+    )
+    settings = Settings(database_url=args.database_url, data_dir=directory or Path(tempfile.gettempdir()))
+    if db.is_sqlite and directory is not None:
+        target = directory / f"backup-{int(time.time())}"
+        started = time.perf_counter()
+        made = await asyncio.to_thread(ops_backup.backup, settings, target)
+        print(
+            f"flowyard backup: {time.perf_counter() - started:.1f} s, {_mib(made.manifest['database']['bytes'])}"
+        )
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.perf_counter()
+        report = await ops_check.check(settings)
+        print(f"flowyard check: {time.perf_counter() - started:.1f} s, ok {report.ok}")
+    retention = timedelta(days=args.days / 2)
+    started = time.perf_counter()
+    done = await pruner.prune(db, retention=retention, batch=2000)
+    print(f"first prune (retention {retention.days} days): {time.perf_counter() - started:.1f} s, {done}")
+    after = await storage(db)
+    print(
+        f"after the prune: database {_mib(after['database'])}"
+        + (f", file {_mib(sizes['file'])} -> {_mib(after['file'])}" if "file" in after else "")
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     tmp = None
+    directory: Path | None = None
     if args.database_url is None:
         directory = Path(args.keep) if args.keep else Path(tmp := tempfile.mkdtemp(prefix="history-"))
         directory.mkdir(parents=True, exist_ok=True)
@@ -247,6 +336,8 @@ async def main(args: argparse.Namespace) -> None:
             f"filled in {time.perf_counter() - started:.0f} s; {db.engine.dialect.name}"
         )
         await measure(db, args, people, flows)
+        if args.ops:
+            await ops(db, args, directory)
     finally:
         await db.dispose()
         if tmp:
@@ -265,4 +356,9 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--keep", default=None, help="keep the SQLite file in this directory")
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="then storage per execution, backup and check (SQLite), and a first prune of half the days",
+    )
     asyncio.run(main(parser.parse_args()))
