@@ -516,3 +516,29 @@ def test_a_dead_runner_is_replaced_even_when_it_was_started_on_demand() -> None:
     assert p.base_starting == 1, "the pool replaces it: counted on its way"
     p.submit(3, "t:b", 3)
     assert p.plan(3).start_base == 0, "no second start beside the replacement"
+
+
+def test_a_demoted_runner_above_the_warm_ones_stops_instead_of_being_replaced() -> None:
+    p = Placement(base=2, capacity=8, surge=1, warm=1)
+    p.runner_up(1, surge=False, now=0)
+    p.submit(1, "t:a", 0)
+    assert p.plan(0).place == [(1, 1)]
+    p.heat(1, True)
+    p.submit(2, "t:a", 1)
+    assert p.plan(1).start_base == 1
+    p.runner_up(2, surge=False, now=2)
+    assert p.plan(2).place == [(2, 2)]
+    p.submit(3, "t:b", 3)
+    plan = p.plan(3)
+    assert plan.start_surge == 1 and plan.demote == [2], "a's second runner is demoted while b has work"
+    p.finish(2, 4)
+    plan = p.plan(4)
+    assert (plan.retire, plan.recycle) == ([2], []), "one runner (the warm one) stays: no fresh one"
+    assert p.base_starting == 0
+    p.finish(1, 5)
+    p.finish(3, 5)
+    p.runner_up(3, surge=True, now=5)
+    p.submit(4, "t:a", 6)
+    p.submit(5, "t:b", 6)
+    plan = p.plan(6)
+    assert len(plan.place) == 2 and plan.start_base == 0, "the warm and the surge runner take them"

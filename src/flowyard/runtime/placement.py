@@ -165,7 +165,8 @@ class Placement:
         self.penalty_seconds = penalty_seconds
         self.linger_seconds = linger_seconds
         self.penalty: dict[str, float] = {}  # group -> until when it runs demoted
-        self._emptied: list[Seat] = []  # demoted runners that emptied: to stop or replace
+        # Demoted runners that emptied: to stop, or (True) to replace with a fresh one.
+        self._emptied: list[tuple[Seat, bool]] = []
 
     # -- what happens -------------------------------------------------------------------
 
@@ -320,11 +321,9 @@ class Placement:
                 break
         self._relieve(plan, blocked)
         self._demote(plan)
-        for seat in self._emptied:
-            if seat.surge:
-                plan.retire.append(seat.rid)
-            else:
-                plan.recycle.append(seat.rid)
+        for seat, replace in self._emptied:
+            # A base runner above the warm ones is not replaced: started again on demand.
+            (plan.recycle if replace else plan.retire).append(seat.rid)
         self._emptied.clear()
         base_up = sum(not s.surge for s in self.seats.values())
         for seat in sorted(self.seats.values(), key=lambda s: (s.idle_since, s.rid)):
@@ -376,10 +375,15 @@ class Placement:
         return seat.demoted and not seat.jobs
 
     def _release(self, seat: Seat) -> None:
-        """Taken out of placement, to be stopped (surge) or replaced by a fresh one (base)."""
-        if self.seats.pop(seat.rid, None) is not None and not seat.surge:
-            self.base_starting += 1  # counted on its way from now: nobody starts one for it
-        self._emptied.append(seat)
+        """Taken out of placement: stopped, or replaced by a fresh one (a base runner, while
+        fewer than the warm ones would be left); a replacement counts as on its way at once."""
+        if self.seats.pop(seat.rid, None) is None:
+            return
+        base_left = sum(not s.surge for s in self.seats.values())
+        replace = not seat.surge and base_left + self.base_starting < self.warm
+        if replace:
+            self.base_starting += 1
+        self._emptied.append((seat, replace))
 
     def _seat_for(self, group: str, *, alone: bool, fresh: bool) -> Seat | None:
         # A runner lingering for another group is taken only by a group without a runner at the
@@ -527,10 +531,11 @@ class Placement:
             and not (self._penalised(g) and (held.get(g, 0) or self._others_wait(g)))
         ]
         unstarted = self._unstarted()
-        if unstarted > 0 and len(short) > self.base_starting:
+        on_way = self.base_starting + self.surge_starting
+        if unstarted > 0 and len(short) > on_way:
             # Base runners first (started on demand), one per short group not already
-            # covered by one on its way.
-            n = min(unstarted, len(short) - self.base_starting)
+            # covered by a runner on its way.
+            n = min(unstarted, len(short) - on_way)
             plan.start_base += n
             self.base_starting += n
         if self.base_starting or unstarted > 0:

@@ -295,7 +295,9 @@ class RunnerPool:
                 continue
             self._send_job(r, job)
         for _ in range(plan.start_base):
-            index = min(set(range(self.size)) - self._base_indexes)
+            # Its index names it in logs; one being stopped still holds its index till buried.
+            free = set(range(self.size)) - self._base_indexes
+            index = min(free) if free else next(self._surge_index)
             self._base_indexes.add(index)
             self._spawn(index, delay=0.0)
         for _ in range(plan.start_surge):
