@@ -119,7 +119,7 @@ class Plan:
     place: list[tuple[int, int]] = field(default_factory=list)  # (execution seq, runner id)
     start_surge: int = 0  # surge runners to start
     start_base: int = 0  # base runners to start (on demand, beyond the warm ones)
-    retire: list[int] = field(default_factory=list)  # idle surge runners to stop
+    retire: list[int] = field(default_factory=list)  # empty runners to stop (surge, or base above warm)
     demote: list[int] = field(default_factory=list)  # runners to run at a lower CPU priority
     recycle: list[int] = field(default_factory=list)  # empty demoted base runners: replace them
 
@@ -325,7 +325,7 @@ class Placement:
             # A base runner above the warm ones is not replaced: started again on demand.
             (plan.recycle if replace else plan.retire).append(seat.rid)
         self._emptied.clear()
-        base_up = sum(not s.surge for s in self.seats.values())
+        base_up = self._base_up()
         for seat in sorted(self.seats.values(), key=lambda s: (s.idle_since, s.rid)):
             if seat.jobs or seat.condemned or now - seat.idle_since < self.surge_idle_seconds:
                 continue
@@ -379,8 +379,7 @@ class Placement:
         fewer than the warm ones would be left); a replacement counts as on its way at once."""
         if self.seats.pop(seat.rid, None) is None:
             return
-        base_left = sum(not s.surge for s in self.seats.values())
-        replace = not seat.surge and base_left + self.base_starting < self.warm
+        replace = not seat.surge and self._base_up() + self.base_starting < self.warm
         if replace:
             self.base_starting += 1
         self._emptied.append((seat, replace))
@@ -469,9 +468,13 @@ class Placement:
                 held[seat.group] += 1
         return held
 
+    def _base_up(self) -> int:
+        """Base runners up (not surge ones), as placement holds them."""
+        return sum(not s.surge for s in self.seats.values())
+
     def _unstarted(self) -> int:
         """Base runners neither up nor asked for: they may be started on demand."""
-        return self.base - sum(not s.surge for s in self.seats.values()) - self.base_starting
+        return self.base - self._base_up() - self.base_starting
 
     def _relief_possible(self, group: str) -> bool:
         """A runner can be started (a base one on demand, a surge one), or another group holds
