@@ -10,10 +10,13 @@ would have. Creation times are spread over ``--days`` (ids embed them, in order)
 execution in ten fails.
 
     .venv/bin/python bench/history.py [--database-url postgresql+asyncpg://postgres@127.0.0.1/db] \
-        [--executions 100000] [--flows 200] [--tenants 5] [--days 30] [--repeat 20] [--keep DIR]
+        [--executions 100000] [--flows 200] [--tenants 5] [--days 30] [--repeat 20] [--keep DIR] \
+        [--reuse] [--ops]
 
 Without --database-url, a temporary SQLite file (kept in DIR with --keep). A PostgreSQL
-database must exist and be empty; it is migrated here. Figures from a busy machine are
+database must exist and be empty; it is migrated here. ``--reuse`` measures a database an
+earlier run filled (``--keep DIR``, or the same --database-url), after migrating it to the
+head: a before/after pair on one history without filling it twice. Figures from a busy machine are
 indicative only (docs/performance.md: state the host's busy share).
 """
 
@@ -31,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _seed import Capture, create_people, id_at, load_flows, one_line
+from _seed import Capture, create_people, id_at, load_flows, one_line, reload_people
 
 from api import flow_body
 from flowyard.api.listing import ListQuery
 from flowyard.db import migrate
 from flowyard.db.session import Database
 from flowyard.executions import service as executions
+from flowyard.flows.models import Flow
 from flowyard.iam import service as iam
 from flowyard.iam.principal import Principal
 from flowyard.logs import append as logs
@@ -325,7 +329,15 @@ async def main(args: argparse.Namespace) -> None:
     db = Database(args.database_url)
     try:
         started = time.perf_counter()
-        people, flows = await fill(db, args)
+        if args.reuse:
+            people = await reload_people(db)
+            async with db.read() as session:
+                rows = (await session.execute(sa.select(Flow.id, Flow.tenant).order_by(Flow.id))).all()
+            flows = [{"id": fid, "tenant": tenant} for fid, tenant in rows]
+            async with db.read() as session:
+                args.executions = int(await session.scalar(sa.text("SELECT count(*) FROM executions")) or 0)
+        else:
+            people, flows = await fill(db, args)
         # Statistics, and on PostgreSQL the visibility map that autovacuum keeps in steady
         # state (without it no index-only scan is planned on freshly written rows).
         autocommit = db.engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -333,7 +345,8 @@ async def main(args: argparse.Namespace) -> None:
             await conn.execute(sa.text("ANALYZE" if db.is_sqlite else "VACUUM ANALYZE"))
         print(
             f"{args.executions} executions ({args.flows} flows, {args.tenants} tenants, {args.days} days) "
-            f"filled in {time.perf_counter() - started:.0f} s; {db.engine.dialect.name}"
+            f"{'reused' if args.reuse else 'filled'} in {time.perf_counter() - started:.0f} s; "
+            f"{db.engine.dialect.name}"
         )
         await measure(db, args, people, flows)
         if args.ops:
@@ -356,6 +369,11 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--keep", default=None, help="keep the SQLite file in this directory")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure what --keep DIR (or --database-url) already holds, migrated to the head, without filling",
+    )
     parser.add_argument(
         "--ops",
         action="store_true",

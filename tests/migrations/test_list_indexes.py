@@ -119,3 +119,47 @@ def test_list_indexes_over_existing_rows(empty_url: str) -> None:
     assert indexes == before_indexes
     migrate.upgrade(empty_url, "0019")
     assert _state(empty_url) == (upgraded, executions, logs)
+
+
+OWNER_NEW = {
+    "ix_executions_owner_tenant_id",
+    "ix_executions_owner_tenant_status_id",
+    "ix_executions_tenantless_owner_id",
+    "ix_executions_tenantless_owner_status_id",
+}
+OWNER_OLD = {"ix_executions_owner_id", "ix_executions_owner_status_id"}
+
+
+def test_owner_indexes_keyed_by_tenant_over_existing_rows(empty_url: str) -> None:
+    """Migration 0020: a user owner's indexes become keyed by the tenant recorded, built over
+    the rows that are there; the loner's executions of one tenant read in id order from one
+    range; down to 0019 and up again, nothing else changed."""
+    migrate.upgrade(empty_url, "0019")
+    _fill(empty_url)
+    before, executions, logs = _state(empty_url)
+    assert before["executions"] >= OWNER_OLD and not OWNER_NEW & before["executions"]
+    migrate.upgrade(empty_url, "0020")
+    upgraded, executions_after, logs_after = _state(empty_url)
+    assert (executions_after, logs_after) == (executions, logs)
+    assert upgraded["executions"] >= OWNER_NEW and not OWNER_OLD & upgraded["executions"]
+    assert upgraded["executions"] - OWNER_NEW == before["executions"] - OWNER_OLD
+
+    def page(conn: sa.Connection) -> tuple[list[str], list[str]]:
+        sql = "SELECT id FROM executions WHERE owner_user = :u AND tenant = :t ORDER BY id DESC LIMIT 3"
+        ids = [str(r[0]) for r in conn.execute(sa.text(sql), {"u": LONER, "t": T2}).all()]
+        lines: list[str] = []
+        if empty_url.startswith("sqlite"):
+            positional = sql.replace(":u", "?").replace(":t", "?")
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + positional, (LONER, T2))
+            lines = [str(r[-1]) for r in rows.all()]
+        return ids, lines
+
+    ids, lines = _in_sync(empty_url, page)
+    assert ids == [f"{i:024x}" for i in (28, 25, 22)]
+    if lines:
+        assert any("ix_executions_owner_tenant_id" in line for line in lines), lines
+        assert not any("TEMP B-TREE" in line for line in lines), lines
+    migrate.downgrade(empty_url, "0019")
+    assert _state(empty_url) == (before, executions, logs)
+    migrate.upgrade(empty_url, "0020")
+    assert _state(empty_url) == (upgraded, executions, logs)

@@ -55,6 +55,18 @@ def newest_of(session: AsyncSession, arms: Sequence[sa.Select[Any]], *, limit: i
     return sa.union_all(*arms).order_by(newest).limit(limit).offset(offset)
 
 
+def distinct_values(column: Any, *where: Any, cap: int) -> sa.Select[Any]:
+    """The distinct non-NULL values of ``column`` among the rows matching the equalities
+    ``where``, ascending, at most ``cap``: a loose index scan (one index probe per value, a
+    recursive step to the next larger value) over an index that starts with the columns of
+    ``where`` followed by ``column``. A plain ``DISTINCT`` would read every matching row.
+    Values are compared as strings; the empty string is not a value."""
+    seen = sa.select(sa.cast(sa.literal(""), column.type).label("v")).cte("seen", recursive=True)
+    following = sa.select(column).where(*where, column > seen.c.v).order_by(column).limit(1).scalar_subquery()
+    seen = seen.union_all(sa.select(following).where(seen.c.v.is_not(None)))
+    return sa.select(seen.c.v).where(seen.c.v.is_not(None), seen.c.v != "").limit(cap)
+
+
 @functools.cache
 def _upsert(
     dialect: str,

@@ -48,16 +48,63 @@ GROUPINGS = ("user", "flow", "component")
 # - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause`` (iam/visibility.py).
 
 
-def _recorded_parts(principal: Principal) -> list[sa.ColumnElement[bool]]:
-    """A non-admin's executions by what was recorded on them at creation, as disjoint parts
-    that each read one index range in id order: its tenant's; then, outside that tenant, those
-    charged to it as their flow's user owner (a tenantless caller has the latter only)."""
-    mine: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
+def _not_recorded(principal: Principal) -> sa.ColumnElement[bool]:
+    """A non-admin's executions that were recorded neither on its tenant nor on it as user
+    owner (NULL-safe: an execution of a flow without a user owner has none recorded)."""
+
+    def other(column: Any, value: str) -> sa.ColumnElement[bool]:
+        return sa.or_(column.is_(None), column != value)
+
+    not_mine = other(Execution.owner_user, principal.user_id)
     if not principal.tenant_id:
+        return not_mine
+    return sa.and_(other(Execution.tenant, principal.tenant_id), not_mine)
+
+
+def _recorded_parts(
+    principal: Principal, own_tenants: Sequence[str | None] | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """A non-admin's executions by what was recorded on them at creation (its tenant's, and
+    those charged to it as their flow's user owner; a tenantless caller has the latter only),
+    as disjoint parts that each read one index range in id order: the caller's tenant's
+    (``ix_executions_tenant_id``); then those charged to it outside that tenant, one part per
+    tenant they were recorded on (``own_tenants``, from ``_own_tenants``:
+    ``ix_executions_owner_tenant_id`` is in id order within one owner and tenant, and
+    ``ix_executions_tenantless_owner_id`` within one owner and no tenant). Without
+    ``own_tenants`` (too many), one part that a page must sort."""
+    mine: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
+    parts: list[sa.ColumnElement[bool]] = []
+    if principal.tenant_id:
+        parts.append(Execution.tenant == principal.tenant_id)
+    if own_tenants is None:
+        if principal.tenant_id:
+            elsewhere = sa.or_(Execution.tenant.is_(None), Execution.tenant != principal.tenant_id)
+            return [*parts, sa.and_(mine, elsewhere)]
         return [mine]
-    tenant = principal.tenant_id
-    elsewhere = sa.or_(Execution.tenant.is_(None), Execution.tenant != tenant)
-    return [Execution.tenant == tenant, sa.and_(mine, elsewhere)]
+    for tenant in own_tenants:
+        recorded = Execution.tenant.is_(None) if tenant is None else Execution.tenant == tenant
+        parts.append(sa.and_(mine, recorded))
+    return parts
+
+
+# The tenants a caller's own executions outside its tenant were recorded on, read one by one
+# as parts of a page (each an index range in id order, merged) up to this many; past it, as one
+# range that a page must sort. Few by nature: a flow's tenant is its user owner's, but for flows
+# an administrator made for a user of another tenant, or before the user joined one.
+_OWN_TENANT_ARMS = 8
+
+
+async def _own_tenants(session: AsyncSession, principal: Principal) -> list[str | None] | None:
+    """The tenants (``None`` for none) that executions charged to the caller as user owner were
+    recorded on, but for the caller's own tenant: a loose scan of
+    ``ix_executions_owner_tenant_id`` (one probe per tenant, however many executions), or
+    ``None`` past ``_OWN_TENANT_ARMS``."""
+    mine = Execution.owner_user == principal.user_id
+    found = await session.scalars(dialect.distinct_values(Execution.tenant, mine, cap=_OWN_TENANT_ARMS + 2))
+    others: list[str | None] = [t for t in found if t != principal.tenant_id]
+    if await session.scalar(sa.select(sa.exists().where(mine, Execution.tenant.is_(None)))):
+        others.insert(0, None)
+    return others if len(others) <= _OWN_TENANT_ARMS else None
 
 
 def _added_owner_flows(principal: Principal) -> sa.Select[str]:
@@ -86,14 +133,17 @@ _ADDED_FLOW_ARMS = 32
 
 
 def visible_parts(
-    principal: Principal, added_flows: Sequence[str] | None = None
+    principal: Principal,
+    added_flows: Sequence[str] | None = None,
+    own_tenants: Sequence[str | None] | None = None,
 ) -> list[sa.ColumnElement[bool]]:
     """The executions the caller may see (SPEC §2: the executions of the flows it sees), as
     disjoint parts that each use an index:
 
-    - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``),
-      and of a flow the caller sees now (``flows.owned_clause``: a probe of ``flow_owners``
-      from the ``flow_id`` the list indexes carry);
+    - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``,
+      one part per tenant in ``own_tenants``), and of a flow the caller sees now
+      (``flows.owned_clause``: a probe of ``flow_owners`` from the ``flow_id`` the list
+      indexes carry);
     - the rest of the executions of the flows the caller sees through an added owner
       (``_added_owner_flows``), read by flow: with ``added_flows`` (those flows, read first by
       ``list_executions``), one part per flow, each one index range in id order; without, one
@@ -105,14 +155,35 @@ def visible_parts(
     if principal.is_admin:
         return [sa.true()]
     owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
-    recorded = _recorded_parts(principal)
-    parts = [sa.and_(part, owned) for part in recorded]
-    not_recorded = sa.or_(sa.not_(sa.or_(*recorded)), sa.false())
+    parts = [sa.and_(part, owned) for part in _recorded_parts(principal, own_tenants)]
+    not_recorded = _not_recorded(principal)
     if added_flows is None:
         parts.append(sa.and_(Execution.flow_id.in_(_added_owner_flows(principal)), not_recorded))
     else:
         parts += [sa.and_(Execution.flow_id == fid, not_recorded) for fid in added_flows]
     return parts
+
+
+async def flow_parts(
+    session: AsyncSession, principal: Principal, flow_id: str
+) -> list[sa.ColumnElement[bool]]:
+    """``visible_parts`` for the executions of one flow (``filter[flowId]``): the flow's
+    visibility is the same for each of its rows, so it is decided once here (a probe of
+    ``flow_owners``), and the page is one range of the flow's index in id order with the
+    recorded tenant and owner (in that index) as a filter, with no probe per row. None if the
+    caller does not see the flow; all of its executions if it sees the flow through an added
+    owner (``_added_owner_flows``), else those recorded on its tenant or on it."""
+    mine = Execution.flow_id == flow_id
+    if principal.is_admin:
+        return [mine]
+    if not await session.scalar(sa.select(flows.owned_clause(principal, sa.literal(flow_id)))):
+        return []
+    if await session.scalar(sa.select(sa.exists(_added_owner_flows(principal).where(Flow.id == flow_id)))):
+        return [mine]
+    recorded: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
+    if principal.tenant_id:
+        recorded = sa.or_(Execution.tenant == principal.tenant_id, recorded)
+    return [sa.and_(mine, recorded)]
 
 
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
@@ -205,12 +276,23 @@ async def list_executions(
     # A page merges its parts newest first; a part over several flows (an IN range) is not in
     # id order, so a merge would read all its rows (every execution of those flows with the
     # status, however old): the flows are read first and each made a part of its own.
-    added: Sequence[str] | None = None
-    if not principal.is_admin:
-        added = (await session.scalars(_added_owner_flows(principal).limit(_ADDED_FLOW_ARMS + 1))).all()
-        if len(added) > _ADDED_FLOW_ARMS:
-            added = None
-    parts = [sa.and_(part, *where) for part in visible_parts(principal, added)]
+    # The same for the caller's own executions outside its tenant: read by the tenant they
+    # were recorded on, never by walking all of its own executions for the few outside.
+    # One flow's executions (filter[flowId]): the flow's visibility decided once, one range.
+    if "flowId" in lq.filters:
+        parts = await flow_parts(session, principal, lq.filters["flowId"])
+        if not parts:
+            return [], 0, True
+    else:
+        added: Sequence[str] | None = None
+        own: Sequence[str | None] | None = None
+        if not principal.is_admin:
+            added = (await session.scalars(_added_owner_flows(principal).limit(_ADDED_FLOW_ARMS + 1))).all()
+            if len(added) > _ADDED_FLOW_ARMS:
+                added = None
+            own = await _own_tenants(session, principal)
+        parts = visible_parts(principal, added, own)
+    parts = [sa.and_(part, *where) for part in parts]
     arms = [sa.select(Execution.id).where(part) for part in parts]
     total = await bounded_total(session, arms, offset=lq.offset)
     if not total.used or (total.exact and lq.offset >= total.count):

@@ -72,8 +72,46 @@ class Execution(Base):
         sa.Index("ix_executions_flow_status_id", "flow_id", "status", "id", "tenant", "owner_user"),
         sa.Index("ix_executions_tenant_id", "tenant", "id", "flow_id"),
         sa.Index("ix_executions_tenant_status_id", "tenant", "status", "id", "flow_id"),
-        sa.Index("ix_executions_owner_id", "owner_user", "id", "tenant", "flow_id"),
-        sa.Index("ix_executions_owner_status_id", "owner_user", "status", "id", "tenant", "flow_id"),
+        # The user owner's by the tenant recorded (executions/service.py reads each tenant's
+        # range on its own: the few outside the caller's tenant without walking the rest);
+        # those of no tenant in partial indexes of their own, since PostgreSQL does not take
+        # ``tenant IS NULL`` as an equality that leaves ``id`` in order.
+        sa.Index(
+            "ix_executions_owner_tenant_id",
+            "owner_user",
+            "tenant",
+            "id",
+            "flow_id",
+            postgresql_where=sa.text("tenant IS NOT NULL"),
+            sqlite_where=sa.text("tenant IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_executions_owner_tenant_status_id",
+            "owner_user",
+            "tenant",
+            "status",
+            "id",
+            "flow_id",
+            postgresql_where=sa.text("tenant IS NOT NULL"),
+            sqlite_where=sa.text("tenant IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_executions_tenantless_owner_id",
+            "owner_user",
+            "id",
+            "flow_id",
+            postgresql_where=sa.text("tenant IS NULL"),
+            sqlite_where=sa.text("tenant IS NULL"),
+        ),
+        sa.Index(
+            "ix_executions_tenantless_owner_status_id",
+            "owner_user",
+            "status",
+            "id",
+            "flow_id",
+            postgresql_where=sa.text("tenant IS NULL"),
+            sqlite_where=sa.text("tenant IS NULL"),
+        ),
         # The resumer: due waiting executions from a partial index over the waiting rows only.
         sa.Index(
             "ix_executions_waiting_due",
