@@ -445,6 +445,38 @@ async def test_a_members_page_reads_added_owner_flows_by_flow_not_by_status(
         assert got == want, status
 
 
+async def test_an_added_flow_without_a_user_owner_is_listed_whole(
+    client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
+) -> None:
+    """An administrator's flow whose owners are tenants only (B, then alice's A): its
+    executions are charged to no user (``owner_user`` NULL) and, the flow being the
+    administrator's, to no tenant. Alice sees them all, listed
+    and filtered (they are recorded on neither her tenant nor her, a NULL-safe test), and so does
+    bob (tenant B); the loner none."""
+    world = await make_world(client, db, factory, admin)
+    tenant_a, tenant_b = world.alice.tenant, world.bob.tenant
+    owners = [{"id": tenant_b, "type": "tenant"}, {"id": tenant_a, "type": "tenant"}]
+    shared = await new_flow(client, admin, owners=owners)
+    r = await client.get(f"/flows/{shared}", headers=admin.headers)
+    world.flows[shared] = (r.json()["data"]["tenant"], None)
+    await add_runs(db, world, shared, 6)
+    theirs = {r.id for r in world.runs if r.flow == shared}
+    assert len(theirs) == 6
+    for who, sees_them in ((world.alice, True), (world.anna, True), (world.bob, True), (world.loner, False)):
+        want = sorted(
+            (r.id for r in world.runs if sees(world, who, r) or (sees_them and r.flow == shared)),
+            reverse=True,
+        )
+        got = await meta(client, "/executions", who, **{"page[size]": 1000})
+        assert (got["total"], got["ids"]) == (len(want), want), who.username
+        assert (theirs <= set(got["ids"])) is sees_them, who.username
+        got = await meta(client, "/executions", who, **{"filter[flowId]": shared, "page[size]": 1000})
+        assert set(got["ids"]) == (theirs if sees_them else set()), who.username
+        failed = {r.id for r in world.runs if r.id in theirs and r.status == "failed"}
+        got = await meta(client, "/executions", who, **{"filter[status]": "failed", "page[size]": 1000})
+        assert (failed <= set(got["ids"])) is (sees_them and bool(failed)), who.username
+
+
 async def test_a_members_own_executions_elsewhere_are_read_by_tenant_not_by_walking_its_own(
     client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account
 ) -> None:
