@@ -68,7 +68,7 @@ def _recorded_parts(
     those charged to it as their flow's user owner; a tenantless caller has the latter only),
     as disjoint parts that each read one index range in id order: the caller's tenant's
     (``ix_executions_tenant_id``); then those charged to it outside that tenant, one part per
-    tenant they were recorded on (``own_tenants``, from ``_own_tenants``:
+    tenant they were recorded on (``own_tenants``, from ``_scope``:
     ``ix_executions_owner_tenant_id`` is in id order within one owner and tenant, and
     ``ix_executions_tenantless_owner_id`` within one owner and no tenant). Without
     ``own_tenants`` (too many), one part that a page must sort."""
@@ -94,17 +94,41 @@ def _recorded_parts(
 _OWN_TENANT_ARMS = 8
 
 
-async def _own_tenants(session: AsyncSession, principal: Principal) -> list[str | None] | None:
-    """The tenants (``None`` for none) that executions charged to the caller as user owner were
-    recorded on, but for the caller's own tenant: a loose scan of
-    ``ix_executions_owner_tenant_id`` (one probe per tenant, however many executions), or
-    ``None`` past ``_OWN_TENANT_ARMS``."""
+async def _scope(
+    session: AsyncSession, principal: Principal
+) -> tuple[list[str] | None, list[str | None] | None]:
+    """What a non-admin's page is made of beyond its tenant's range, in one statement: the
+    flows it sees through an added owner (``_added_owner_flows``; ``None`` past
+    ``_ADDED_FLOW_ARMS``), and the tenants (``None`` for none) that executions charged to it
+    as user owner were recorded on, but for its own tenant (a loose scan of
+    ``ix_executions_owner_tenant_id``: one probe per tenant, however many executions; ``None``
+    past ``_OWN_TENANT_ARMS``)."""
     mine = Execution.owner_user == principal.user_id
-    found = await session.scalars(dialect.distinct_values(Execution.tenant, mine, cap=_OWN_TENANT_ARMS + 2))
-    others: list[str | None] = [t for t in found if t != principal.tenant_id]
-    if await session.scalar(sa.select(sa.exists().where(mine, Execution.tenant.is_(None)))):
+    kind: Any = sa.literal_column("kind")
+    value: Any = sa.literal_column("value")
+
+    def tagged(tag: str, query: sa.Select[Any]) -> sa.Select[Any]:
+        inner = query.subquery()
+        return sa.select(sa.literal(tag).label("kind"), inner.c[0].label("value"))
+
+    tenants = dialect.distinct_values(Execution.tenant, mine, cap=_OWN_TENANT_ARMS + 2)
+    none = sa.select(sa.literal(None, sa.String)).where(sa.exists().where(mine, Execution.tenant.is_(None)))
+    rows = (
+        await session.execute(
+            sa.union_all(
+                tagged("flow", _added_owner_flows(principal).limit(_ADDED_FLOW_ARMS + 1)),
+                tagged("tenant", tenants),
+                tagged("none", none),
+            ).order_by(kind, value)
+        )
+    ).all()
+    added: list[str] | None = [v for k, v in rows if k == "flow"]
+    others: list[str | None] = [v for k, v in rows if k == "tenant" and v != principal.tenant_id]
+    if any(k == "none" for k, _v in rows):
         others.insert(0, None)
-    return others if len(others) <= _OWN_TENANT_ARMS else None
+    if added is not None and len(added) > _ADDED_FLOW_ARMS:
+        added = None
+    return added, (others if len(others) <= _OWN_TENANT_ARMS else None)
 
 
 def _added_owner_flows(principal: Principal) -> sa.Select[str]:
@@ -136,6 +160,8 @@ def visible_parts(
     principal: Principal,
     added_flows: Sequence[str] | None = None,
     own_tenants: Sequence[str | None] | None = None,
+    *,
+    owned_as_set: bool = False,
 ) -> list[sa.ColumnElement[bool]]:
     """The executions the caller may see (SPEC §2: the executions of the flows it sees), as
     disjoint parts that each use an index:
@@ -143,7 +169,7 @@ def visible_parts(
     - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``,
       one part per tenant in ``own_tenants``), and of a flow the caller sees now
       (``flows.owned_clause``: a probe of ``flow_owners`` from the ``flow_id`` the list
-      indexes carry);
+      indexes carry; with ``owned_as_set``, ``flow_id`` in ``flows.visible_flow_ids``);
     - the rest of the executions of the flows the caller sees through an added owner
       (``_added_owner_flows``), read by flow: with ``added_flows`` (those flows, read first by
       ``list_executions``), one part per flow, each one index range in id order; without, one
@@ -154,7 +180,11 @@ def visible_parts(
     """
     if principal.is_admin:
         return [sa.true()]
-    owned = flows.owned_clause(principal, Execution.flow_id, per_row=True)
+    owned = (
+        Execution.flow_id.in_(flows.visible_flow_ids(principal))
+        if owned_as_set
+        else flows.owned_clause(principal, Execution.flow_id, per_row=True)
+    )
     parts = [sa.and_(part, owned) for part in _recorded_parts(principal, own_tenants)]
     not_recorded = _not_recorded(principal)
     if added_flows is None:
@@ -287,11 +317,12 @@ async def list_executions(
         added: Sequence[str] | None = None
         own: Sequence[str | None] | None = None
         if not principal.is_admin:
-            added = (await session.scalars(_added_owner_flows(principal).limit(_ADDED_FLOW_ARMS + 1))).all()
-            if len(added) > _ADDED_FLOW_ARMS:
-                added = None
-            own = await _own_tenants(session, principal)
-        parts = visible_parts(principal, added, own)
+            added, own = await _scope(session, principal)
+        # SQLite checks "a flow the caller sees" against the set of them, built once per
+        # statement (an in-memory index: ~0.2 us a row, where a probe of flow_owners per row is
+        # ~0.6 us; at page 500 a count and a page each pass ~6,000 rows). PostgreSQL keeps the
+        # probe per row: a set there becomes a join that loses the index's order.
+        parts = visible_parts(principal, added, own, owned_as_set=dialect.dialect_name(session) == "sqlite")
     parts = [sa.and_(part, *where) for part in parts]
     arms = [sa.select(Execution.id).where(part) for part in parts]
     total = await bounded_total(session, arms, offset=lq.offset)
