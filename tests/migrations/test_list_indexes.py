@@ -163,3 +163,44 @@ def test_owner_indexes_keyed_by_tenant_over_existing_rows(empty_url: str) -> Non
     assert _state(empty_url) == (before, executions, logs)
     migrate.upgrade(empty_url, "0020")
     assert _state(empty_url) == (upgraded, executions, logs)
+
+
+def test_log_errors_index_over_existing_rows(empty_url: str) -> None:
+    """Migration 0021: showErrors' index holds the error entries only, built over the rows
+    that are there, and a tenant's errors are read from it in id order; down and up again."""
+    migrate.upgrade(empty_url, "0020")
+    _fill(empty_url)
+
+    def add_errors(conn: sa.Connection) -> None:
+        conn.execute(
+            sa.text("UPDATE logs SET level = 'error' WHERE execution_id IN (:a, :b)"),
+            {"a": f"{3:024x}", "b": f"{9:024x}"},
+        )
+        conn.commit()
+
+    _in_sync(empty_url, add_errors)
+    before, executions, logs = _state(empty_url)
+    assert "ix_logs_tenant_level_id" in before["logs"]
+    migrate.upgrade(empty_url, "0021")
+    upgraded, executions_after, logs_after = _state(empty_url)
+    assert (executions_after, logs_after) == (executions, logs)
+    assert upgraded["logs"] == before["logs"] - {"ix_logs_tenant_level_id"} | {"ix_logs_tenant_errors_id"}
+
+    def errors(conn: sa.Connection) -> tuple[list[str], list[str]]:
+        sql = "SELECT execution_id FROM logs WHERE tenant = :t AND level = 'error' ORDER BY id DESC LIMIT 5"
+        found = [str(r[0]) for r in conn.execute(sa.text(sql), {"t": T1}).all()]
+        lines: list[str] = []
+        if empty_url.startswith("sqlite"):
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql.replace(":t", "?"), (T1,))
+            lines = [str(r[-1]) for r in rows.all()]
+        return found, lines
+
+    found, lines = _in_sync(empty_url, errors)
+    assert found == [f"{9:024x}", f"{3:024x}"]
+    if lines:
+        assert any("ix_logs_tenant_errors_id" in line for line in lines), lines
+        assert not any("TEMP B-TREE" in line for line in lines), lines
+    migrate.downgrade(empty_url, "0020")
+    assert _state(empty_url) == (before, executions, logs)
+    migrate.upgrade(empty_url, "0021")
+    assert _state(empty_url) == (upgraded, executions, logs)

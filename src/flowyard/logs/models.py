@@ -10,6 +10,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
 
+# The entries ``showErrors`` lists: the predicate of their partial index and of the query that
+# reads it (written as SQL text: a bound value would not match the index's predicate).
+ERRORS = sa.text("level = 'error'")
+
 
 class LogEntry(Base):
     __tablename__ = "logs"
@@ -33,7 +37,8 @@ class LogEntry(Base):
     __table_args__ = (
         sa.Index("ix_logs_tenant_id", "tenant", "id"),
         sa.Index("ix_logs_tenant_flow_id", "tenant", "flow_id", "id"),
-        sa.Index("ix_logs_tenant_level_id", "tenant", "level", "id"),
+        # showErrors: the error entries only (a few in a hundred), not every entry's level.
+        sa.Index("ix_logs_tenant_errors_id", "tenant", "id", postgresql_where=ERRORS, sqlite_where=ERRORS),
         sa.Index("ix_logs_execution_id", "execution_id", "id"),
         sa.Index("ix_logs_tenant_step_id", "tenant", "step_id", "id"),
         # A tenantless caller's logs (its own flows', logs/service.py), newest first.

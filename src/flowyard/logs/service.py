@@ -17,7 +17,7 @@ from flowyard.iam.models import User
 from flowyard.iam.principal import Principal
 from flowyard.iam.visibility import tenant_data_clause
 from flowyard.ids import is_valid_id
-from flowyard.logs.models import LogEntry
+from flowyard.logs.models import ERRORS, LogEntry
 
 LOG_FILTERS = frozenset({"tenant", "flowId", "stepId", "executionId"})
 _TRUE = ("true", "1", "yes")
@@ -116,7 +116,7 @@ async def query_logs(
     if "executionId" in f:
         where.append(LogEntry.execution_id == f["executionId"])
     if errors_only:
-        where.append(LogEntry.level == "error")
+        where.append(sa.and_(ERRORS))  # ix_logs_tenant_errors_id's own predicate
     if since is not None:
         where.append(LogEntry.timestamp >= since)
     if until is not None:
