@@ -169,7 +169,7 @@ def visible_parts(
     - recorded on the caller's tenant, or charged to the caller as user owner (``_recorded_parts``,
       one part per tenant in ``own_tenants``), and of a flow the caller sees now
       (``flows.owned_clause``: a probe of ``flow_owners`` from the ``flow_id`` the list
-      indexes carry; with ``owned_as_set``, ``flow_id`` in ``flows.visible_flow_ids``);
+      indexes carry; with ``owned_as_set``, against the set of them: ``flows.owned_set_clause``);
     - the rest of the executions of the flows the caller sees through an added owner
       (``_added_owner_flows``), read by flow: with ``added_flows`` (those flows, read first by
       ``list_executions``), one part per flow, each one index range in id order; without, one
@@ -181,7 +181,7 @@ def visible_parts(
     if principal.is_admin:
         return [sa.true()]
     owned = (
-        Execution.flow_id.in_(flows.visible_flow_ids(principal))
+        flows.owned_set_clause(principal, Execution.flow_id)
         if owned_as_set
         else flows.owned_clause(principal, Execution.flow_id, per_row=True)
     )
@@ -318,11 +318,10 @@ async def list_executions(
         own: Sequence[str | None] | None = None
         if not principal.is_admin:
             added, own = await _scope(session, principal)
-        # SQLite checks "a flow the caller sees" against the set of them, built once per
-        # statement (an in-memory index: ~0.2 us a row, where a probe of flow_owners per row is
-        # ~0.6 us; at page 500 a count and a page each pass ~6,000 rows). PostgreSQL keeps the
-        # probe per row: a set there becomes a join that loses the index's order.
-        parts = visible_parts(principal, added, own, owned_as_set=dialect.dialect_name(session) == "sqlite")
+        # "A flow the caller sees" is checked against the set of them, built once per
+        # statement, not by a probe of flow_owners per row (flows.owned_set_clause): a count
+        # and a page at page 500 each pass ~6,000 rows.
+        parts = visible_parts(principal, added, own, owned_as_set=True)
     parts = [sa.and_(part, *where) for part in parts]
     arms = [sa.select(Execution.id).where(part) for part in parts]
     total = await bounded_total(session, arms, offset=lq.offset)
