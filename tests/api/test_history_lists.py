@@ -32,6 +32,7 @@ from argon2 import PasswordHasher
 from flowyard.api import listing
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
+from flowyard.executions import service as executions_service
 from flowyard.iam import passwords
 from flowyard.ids import new_id
 from flowyard.logs import append as logs
@@ -515,6 +516,58 @@ async def test_a_members_own_executions_elsewhere_are_read_by_tenant_not_by_walk
                         walked = re.findall(alone, plan + "\n")
                     assert not walked, (who.username, status, number, plan)
                     assert not await plan_problems(db, statement, parameters), (who.username, statement)
+            assert got == want, (who.username, status)
+
+
+@pytest.mark.parametrize("caps", [(0, 0), (1, 1)], ids=["no-arms", "one-arm"])
+async def test_past_the_arm_caps_a_page_is_still_the_rule(
+    client: httpx.AsyncClient,
+    db: Database,
+    factory: Factory,
+    admin: Account,
+    monkeypatch: pytest.MonkeyPatch,
+    caps: tuple[int, int],
+) -> None:
+    """Past ``_ADDED_FLOW_ARMS`` added-owner flows, or ``_OWN_TENANT_ARMS`` tenants of the
+    caller's own executions elsewhere, a page falls back to one part over all of them (which
+    a page sorts): the answer is the same. Alice has two tenants elsewhere (none, and B) and an
+    added-owner flow; the caps are made 0 and 1 so that the fallbacks are taken."""
+    monkeypatch.setattr(executions_service, "_ADDED_FLOW_ARMS", caps[0])
+    monkeypatch.setattr(executions_service, "_OWN_TENANT_ARMS", caps[1])
+    world = await make_world(client, db, factory, admin)
+    tenant_a, tenant_b = world.alice.tenant, world.bob.tenant
+    elsewhere = await new_flow(
+        client, admin, owners=[{"id": tenant_b, "type": "tenant"}, {"id": world.alice.id, "type": "user"}]
+    )
+    world.flows[elsewhere] = (tenant_b, world.alice.id)
+    await add_runs(db, world, elsewhere, 4)
+    shared = next(
+        fid for fid, (tenant, user) in world.flows.items() if tenant == tenant_b and user == world.bob.id
+    )
+    owners = [
+        {"id": tenant_b, "type": "tenant"},
+        {"id": world.bob.id, "type": "user"},
+        {"id": tenant_a, "type": "tenant"},
+    ]
+    r = await client.patch(f"/flows/{shared}", json={"owners": owners}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+    for who in (world.alice, world.anna, world.loner):
+        for status in (None, "failed"):
+            want = sorted(
+                (
+                    r.id
+                    for r in world.runs
+                    if (sees(world, who, r) or (r.flow == shared and who.tenant == tenant_a))
+                    and status in (None, r.status)
+                ),
+                reverse=True,
+            )
+            params: dict[str, Any] = {"page[size]": 5} | ({"filter[status]": status} if status else {})
+            got: list[str] = []
+            for number in range(1, len(want) // 5 + 2):
+                page = await meta(client, "/executions", who, **params, **{"page[number]": number})
+                assert (page["total"], page["totalExact"]) == (len(want), True), (who.username, status)
+                got += page["ids"]
             assert got == want, (who.username, status)
 
 
