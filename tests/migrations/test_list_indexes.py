@@ -78,6 +78,19 @@ def _state(url: str) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
     def read(conn: sa.Connection) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
         inspector = sa.inspect(conn)
         indexes = {t: {ix["name"] for ix in inspector.get_indexes(t)} for t in ("executions", "logs")}
+        # Columns and partial predicates too: a migration that restored a name with another
+        # definition would otherwise pass (Alembic's comparison does not look at predicates).
+        shapes = {
+            (
+                t,
+                ix["name"],
+                tuple(ix["column_names"]),
+                tuple(sorted((k, str(v)) for k, v in (ix.get("dialect_options") or {}).items())),
+            )
+            for t in ("executions", "logs")
+            for ix in inspector.get_indexes(t)
+        }
+        indexes["shapes"] = shapes  # type: ignore[assignment]
         executions = conn.execute(
             sa.text("SELECT id, tenant, owner_user, status FROM executions ORDER BY id")
         ).all()

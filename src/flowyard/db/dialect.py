@@ -59,12 +59,15 @@ def distinct_values(column: Any, *where: Any, cap: int) -> sa.Select[Any]:
     """The distinct non-NULL values of ``column`` among the rows matching the equalities
     ``where``, ascending, at most ``cap``: a loose index scan (one index probe per value, a
     recursive step to the next larger value) over an index that starts with the columns of
-    ``where`` followed by ``column``. A plain ``DISTINCT`` would read every matching row.
-    Values are compared as strings; the empty string is not a value."""
-    seen = sa.select(sa.cast(sa.literal(""), column.type).label("v")).cte("seen", recursive=True)
-    following = sa.select(column).where(*where, column > seen.c.v).order_by(column).limit(1).scalar_subquery()
-    seen = seen.union_all(sa.select(following).where(seen.c.v.is_not(None)))
-    return sa.select(seen.c.v).where(seen.c.v.is_not(None), seen.c.v != "").limit(cap)
+    ``where`` followed by ``column``. A plain ``DISTINCT`` would read every matching row."""
+
+    def first(after: Any = None) -> Any:
+        query = sa.select(column).where(*where, column.is_not(None) if after is None else column > after)
+        return query.order_by(column).limit(1).scalar_subquery()
+
+    seen = sa.select(first().label("v")).cte("seen", recursive=True)
+    seen = seen.union_all(sa.select(first(seen.c.v)).where(seen.c.v.is_not(None)))
+    return sa.select(seen.c.v).where(seen.c.v.is_not(None)).limit(cap)
 
 
 @functools.cache

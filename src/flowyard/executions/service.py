@@ -77,10 +77,12 @@ def _recorded_parts(
     if principal.tenant_id:
         parts.append(Execution.tenant == principal.tenant_id)
     if own_tenants is None:
+        # Two parts, each read from one of the owner's partial indexes: those of no tenant in
+        # id order, those of the other tenants (their order sorted by the page).
+        others: sa.ColumnElement[bool] = Execution.tenant.is_not(None)
         if principal.tenant_id:
-            elsewhere = sa.or_(Execution.tenant.is_(None), Execution.tenant != principal.tenant_id)
-            return [*parts, sa.and_(mine, elsewhere)]
-        return [mine]
+            others = sa.and_(others, Execution.tenant != principal.tenant_id)
+        return [*parts, sa.and_(mine, Execution.tenant.is_(None)), sa.and_(mine, others)]
     for tenant in own_tenants:
         recorded = Execution.tenant.is_(None) if tenant is None else Execution.tenant == tenant
         parts.append(sa.and_(mine, recorded))
