@@ -22,6 +22,13 @@ NAMING_CONVENTION = {
 }
 
 
+def partial_index(name: str, *columns: str, where: str | sa.TextClause) -> sa.Index:
+    """An index over the rows matching ``where`` only, with the same predicate on both
+    databases (a query uses it only when its own WHERE holds that predicate as written)."""
+    predicate = sa.text(where) if isinstance(where, str) else where
+    return sa.Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate)
+
+
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
     """Always UTC, always aware on the way out.
 

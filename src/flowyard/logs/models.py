@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
+from flowyard.db.base import Base, Id, JsonValue, UTCDateTime, partial_index
 
 # The entries ``showErrors`` lists: the predicate of their partial index and of the query that
 # reads it (written as SQL text: a bound value would not match the index's predicate).
@@ -38,15 +38,9 @@ class LogEntry(Base):
         sa.Index("ix_logs_tenant_id", "tenant", "id"),
         sa.Index("ix_logs_tenant_flow_id", "tenant", "flow_id", "id"),
         # showErrors: the error entries only (a few in a hundred), not every entry's level.
-        sa.Index("ix_logs_tenant_errors_id", "tenant", "id", postgresql_where=ERRORS, sqlite_where=ERRORS),
+        partial_index("ix_logs_tenant_errors_id", "tenant", "id", where=ERRORS),
         sa.Index("ix_logs_execution_id", "execution_id", "id"),
         sa.Index("ix_logs_tenant_step_id", "tenant", "step_id", "id"),
         # A tenantless caller's logs (its own flows', logs/service.py), newest first.
-        sa.Index(
-            "ix_logs_tenantless_user_id",
-            "user_id",
-            "id",
-            postgresql_where=sa.text("tenant IS NULL"),
-            sqlite_where=sa.text("tenant IS NULL"),
-        ),
+        partial_index("ix_logs_tenantless_user_id", "user_id", "id", where="tenant IS NULL"),
     )

@@ -9,11 +9,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, JsonValue, UTCDateTime
+from flowyard.db.base import Base, Id, JsonValue, UTCDateTime, partial_index
 from flowyard.db.packed import PackedJson
 
 # How long a webhook Idempotency-Key answers with the first execution.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+# The two halves of a user owner's executions, each with partial indexes of its own.
+_TENANT, _TENANTLESS = "tenant IS NOT NULL", "tenant IS NULL"
 
 
 class Execution(Base):
@@ -76,49 +80,29 @@ class Execution(Base):
         # range on its own: the few outside the caller's tenant without walking the rest);
         # those of no tenant in partial indexes of their own, since PostgreSQL does not take
         # ``tenant IS NULL`` as an equality that leaves ``id`` in order.
-        sa.Index(
-            "ix_executions_owner_tenant_id",
-            "owner_user",
-            "tenant",
-            "id",
-            "flow_id",
-            postgresql_where=sa.text("tenant IS NOT NULL"),
-            sqlite_where=sa.text("tenant IS NOT NULL"),
+        partial_index(
+            "ix_executions_owner_tenant_id", "owner_user", "tenant", "id", "flow_id", where=_TENANT
         ),
-        sa.Index(
+        partial_index(
             "ix_executions_owner_tenant_status_id",
             "owner_user",
             "tenant",
             "status",
             "id",
             "flow_id",
-            postgresql_where=sa.text("tenant IS NOT NULL"),
-            sqlite_where=sa.text("tenant IS NOT NULL"),
+            where=_TENANT,
         ),
-        sa.Index(
-            "ix_executions_tenantless_owner_id",
-            "owner_user",
-            "id",
-            "flow_id",
-            postgresql_where=sa.text("tenant IS NULL"),
-            sqlite_where=sa.text("tenant IS NULL"),
-        ),
-        sa.Index(
+        partial_index("ix_executions_tenantless_owner_id", "owner_user", "id", "flow_id", where=_TENANTLESS),
+        partial_index(
             "ix_executions_tenantless_owner_status_id",
             "owner_user",
             "status",
             "id",
             "flow_id",
-            postgresql_where=sa.text("tenant IS NULL"),
-            sqlite_where=sa.text("tenant IS NULL"),
+            where=_TENANTLESS,
         ),
         # The resumer: due waiting executions from a partial index over the waiting rows only.
-        sa.Index(
-            "ix_executions_waiting_due",
-            "resume_at",
-            postgresql_where=sa.text("status = 'waiting'"),
-            sqlite_where=sa.text("status = 'waiting'"),
-        ),
+        partial_index("ix_executions_waiting_due", "resume_at", where="status = 'waiting'"),
         sa.Index("ix_executions_parent", "parent_execution_id"),
     )
 
