@@ -48,17 +48,20 @@ GROUPINGS = ("user", "flow", "component")
 # - counts (and logs, logs/service.py): any authenticated caller, ``tenant_data_clause`` (iam/visibility.py).
 
 
-def _not_recorded(principal: Principal) -> sa.ColumnElement[bool]:
-    """A non-admin's executions that were recorded neither on its tenant nor on it as user
-    owner (NULL-safe: an execution of a flow without a user owner has none recorded)."""
-
-    def other(column: Any, value: str) -> sa.ColumnElement[bool]:
-        return sa.or_(column.is_(None), column != value)
-
-    not_mine = other(Execution.owner_user, principal.user_id)
+def _recorded(principal: Principal) -> sa.ColumnElement[bool]:
+    """A non-admin's executions by what was recorded on them at creation: those of its tenant,
+    and those charged to it as their flow's user owner (a tenantless caller has the latter
+    only). ``_recorded_parts`` splits it into index ranges."""
+    mine: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
     if not principal.tenant_id:
-        return not_mine
-    return sa.and_(other(Execution.tenant, principal.tenant_id), not_mine)
+        return mine
+    return sa.or_(Execution.tenant == principal.tenant_id, mine)
+
+
+def _not_recorded(principal: Principal) -> sa.ColumnElement[bool]:
+    """The rest: recorded neither on the caller's tenant nor on it as user owner. NULL-safe
+    (``_recorded`` is NULL, not false, for an execution of a flow without a user owner)."""
+    return sa.not_(sa.func.coalesce(_recorded(principal), sa.false()))
 
 
 def _recorded_parts(
@@ -124,13 +127,14 @@ async def _scope(
             ).order_by(kind, value)
         )
     ).all()
-    added: list[str] | None = [v for k, v in rows if k == "flow"]
+    added = [v for k, v in rows if k == "flow"]
     others: list[str | None] = [v for k, v in rows if k == "tenant" and v != principal.tenant_id]
     if any(k == "none" for k, _v in rows):
         others.insert(0, None)
-    if added is not None and len(added) > _ADDED_FLOW_ARMS:
-        added = None
-    return added, (others if len(others) <= _OWN_TENANT_ARMS else None)
+    return (
+        added if len(added) <= _ADDED_FLOW_ARMS else None,
+        others if len(others) <= _OWN_TENANT_ARMS else None,
+    )
 
 
 def _added_owner_flows(principal: Principal) -> sa.Select[str]:
@@ -208,14 +212,17 @@ async def flow_parts(
     mine = Execution.flow_id == flow_id
     if principal.is_admin:
         return [mine]
-    if not await session.scalar(sa.select(flows.owned_clause(principal, sa.literal(flow_id)))):
+    seen, added = (
+        await session.execute(
+            sa.select(
+                flows.owned_clause(principal, sa.literal(flow_id)),
+                sa.exists(_added_owner_flows(principal).where(Flow.id == flow_id)),
+            )
+        )
+    ).one()
+    if not seen:
         return []
-    if await session.scalar(sa.select(sa.exists(_added_owner_flows(principal).where(Flow.id == flow_id)))):
-        return [mine]
-    recorded: sa.ColumnElement[bool] = Execution.owner_user == principal.user_id
-    if principal.tenant_id:
-        recorded = sa.or_(Execution.tenant == principal.tenant_id, recorded)
-    return [sa.and_(mine, recorded)]
+    return [mine] if added else [sa.and_(mine, _recorded(principal))]
 
 
 def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
