@@ -128,6 +128,19 @@ async def add_runs(db: Database, world: World, flow_id: str, n: int, *, old: boo
     world.logs += entries
 
 
+async def add_tenant_owner(
+    client: httpx.AsyncClient, admin: Account, world: World, flow_id: str, tenant: str | None
+) -> None:
+    """An administrator adds ``tenant`` to the owners of one of bob's flows (tenant B)."""
+    owners = [
+        {"id": world.bob.tenant, "type": "tenant"},
+        {"id": world.bob.id, "type": "user"},
+        {"id": tenant, "type": "tenant"},
+    ]
+    r = await client.patch(f"/flows/{flow_id}", json={"owners": owners}, headers=admin.headers)
+    assert r.status_code == 200, r.text
+
+
 async def make_world(client: httpx.AsyncClient, db: Database, factory: Factory, admin: Account) -> World:
     tenant_a, tenant_b = await factory.tenant(), await factory.tenant()
     alice, anna = await factory.user(tenant=tenant_a), await factory.user(tenant=tenant_a)
@@ -417,13 +430,7 @@ async def test_a_members_page_reads_added_owner_flows_by_flow_not_by_status(
     world = await make_world(client, db, factory, admin)
     tenant_a, tenant_b = world.alice.tenant, world.bob.tenant
     shared = next(fid for fid, (tenant, _user) in world.flows.items() if tenant == tenant_b)
-    owners = [
-        {"id": tenant_b, "type": "tenant"},
-        {"id": world.bob.id, "type": "user"},
-        {"id": tenant_a, "type": "tenant"},
-    ]
-    r = await client.patch(f"/flows/{shared}", json={"owners": owners}, headers=admin.headers)
-    assert r.status_code == 200, r.text
+    await add_tenant_owner(client, admin, world, shared, tenant_a)
     await add_runs(db, world, shared, 8)
 
     def hers(run: Run) -> bool:
@@ -578,13 +585,7 @@ async def test_past_the_arm_caps_a_page_is_still_the_rule(
     shared = next(
         fid for fid, (tenant, user) in world.flows.items() if tenant == tenant_b and user == world.bob.id
     )
-    owners = [
-        {"id": tenant_b, "type": "tenant"},
-        {"id": world.bob.id, "type": "user"},
-        {"id": tenant_a, "type": "tenant"},
-    ]
-    r = await client.patch(f"/flows/{shared}", json={"owners": owners}, headers=admin.headers)
-    assert r.status_code == 200, r.text
+    await add_tenant_owner(client, admin, world, shared, tenant_a)
     for who in (world.alice, world.anna, world.loner):
         for status in (None, "failed"):
             want = sorted(

@@ -134,6 +134,20 @@ def test_list_indexes_over_existing_rows(empty_url: str) -> None:
     assert _state(empty_url) == (upgraded, executions, logs)
 
 
+def _read_with_plan(url: str, sql: str, params: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The first column of ``sql``'s rows, and on SQLite its EXPLAIN QUERY PLAN lines."""
+
+    def read(conn: sa.Connection) -> tuple[list[str], list[str]]:
+        values = [str(r[0]) for r in conn.execute(sa.text(sql), params).all()]
+        lines: list[str] = []
+        if url.startswith("sqlite"):
+            rows = conn.execute(sa.text("EXPLAIN QUERY PLAN " + sql), params).all()
+            lines = [str(r[-1]) for r in rows]
+        return values, lines
+
+    return _in_sync(url, read)  # type: ignore[no-any-return]
+
+
 OWNER_NEW = {
     "ix_executions_owner_tenant_id",
     "ix_executions_owner_tenant_status_id",
@@ -157,17 +171,11 @@ def test_owner_indexes_keyed_by_tenant_over_existing_rows(empty_url: str) -> Non
     assert upgraded["executions"] >= OWNER_NEW and not OWNER_OLD & upgraded["executions"]
     assert upgraded["executions"] - OWNER_NEW == before["executions"] - OWNER_OLD
 
-    def page(conn: sa.Connection) -> tuple[list[str], list[str]]:
-        sql = "SELECT id FROM executions WHERE owner_user = :u AND tenant = :t ORDER BY id DESC LIMIT 3"
-        ids = [str(r[0]) for r in conn.execute(sa.text(sql), {"u": LONER, "t": T2}).all()]
-        lines: list[str] = []
-        if empty_url.startswith("sqlite"):
-            positional = sql.replace(":u", "?").replace(":t", "?")
-            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + positional, (LONER, T2))
-            lines = [str(r[-1]) for r in rows.all()]
-        return ids, lines
-
-    ids, lines = _in_sync(empty_url, page)
+    ids, lines = _read_with_plan(
+        empty_url,
+        "SELECT id FROM executions WHERE owner_user = :u AND tenant = :t ORDER BY id DESC LIMIT 3",
+        {"u": LONER, "t": T2},
+    )
     assert ids == [f"{i:024x}" for i in (28, 25, 22)]
     if lines:
         assert any("ix_executions_owner_tenant_id" in line for line in lines), lines
@@ -199,16 +207,11 @@ def test_log_errors_index_over_existing_rows(empty_url: str) -> None:
     assert (executions_after, logs_after) == (executions, logs)
     assert upgraded["logs"] == before["logs"] - {"ix_logs_tenant_level_id"} | {"ix_logs_tenant_errors_id"}
 
-    def errors(conn: sa.Connection) -> tuple[list[str], list[str]]:
-        sql = "SELECT execution_id FROM logs WHERE tenant = :t AND level = 'error' ORDER BY id DESC LIMIT 5"
-        found = [str(r[0]) for r in conn.execute(sa.text(sql), {"t": T1}).all()]
-        lines: list[str] = []
-        if empty_url.startswith("sqlite"):
-            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql.replace(":t", "?"), (T1,))
-            lines = [str(r[-1]) for r in rows.all()]
-        return found, lines
-
-    found, lines = _in_sync(empty_url, errors)
+    found, lines = _read_with_plan(
+        empty_url,
+        "SELECT execution_id FROM logs WHERE tenant = :t AND level = 'error' ORDER BY id DESC LIMIT 5",
+        {"t": T1},
+    )
     assert found == [f"{9:024x}", f"{3:024x}"]
     if lines:
         assert any("ix_logs_tenant_errors_id" in line for line in lines), lines
