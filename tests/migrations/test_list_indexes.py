@@ -74,10 +74,12 @@ def _fill(url: str) -> None:
     _in_sync(url, insert)
 
 
-def _state(url: str) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
-    def read(conn: sa.Connection) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
+def _state(url: str) -> tuple[dict[str, set[Any]], list[Any], list[Any]]:
+    def read(conn: sa.Connection) -> tuple[dict[str, set[Any]], list[Any], list[Any]]:
         inspector = sa.inspect(conn)
-        indexes = {t: {ix["name"] for ix in inspector.get_indexes(t)} for t in ("executions", "logs")}
+        indexes: dict[str, set[Any]] = {
+            t: {ix["name"] for ix in inspector.get_indexes(t)} for t in ("executions", "logs")
+        }
         # Columns and partial predicates too: a migration that restored a name with another
         # definition would otherwise pass (Alembic's comparison does not look at predicates).
         shapes = {
@@ -90,14 +92,14 @@ def _state(url: str) -> tuple[dict[str, set[str]], list[Any], list[Any]]:
             for t in ("executions", "logs")
             for ix in inspector.get_indexes(t)
         }
-        indexes["shapes"] = shapes  # type: ignore[assignment]
+        indexes["shapes"] = shapes
         executions = conn.execute(
             sa.text("SELECT id, tenant, owner_user, status FROM executions ORDER BY id")
         ).all()
         logs = conn.execute(sa.text("SELECT id, tenant, user_id, execution_id FROM logs ORDER BY id")).all()
         return indexes, list(executions), list(logs)
 
-    return _in_sync(url, read)  # type: ignore[no-any-return]
+    return _in_sync(url, read)
 
 
 def test_list_indexes_over_existing_rows(empty_url: str) -> None:
@@ -145,7 +147,7 @@ def _read_with_plan(url: str, sql: str, params: dict[str, str]) -> tuple[list[st
             lines = [str(r[-1]) for r in rows]
         return values, lines
 
-    return _in_sync(url, read)  # type: ignore[no-any-return]
+    return _in_sync(url, read)
 
 
 OWNER_NEW = {
