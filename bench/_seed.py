@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.components.registry import Registry
 from flowyard.db.session import Database
-from flowyard.flows import history
+from flowyard.flows import counts, history
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow, FlowOwner
 from flowyard.iam import permissions as perms
@@ -167,6 +167,7 @@ async def load_flows(
         if len(pending) >= batch or i == count - 1:
             async with db.write() as session:
                 await insert_flow_rows(session, pending)
+                await counts.shift(session, after=[counts.Shape.of(f) for f in pending_flows])
                 await history.record_first(session, pending_flows)
             out.extend(pending)
             pending, pending_flows = [], []

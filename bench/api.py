@@ -277,6 +277,8 @@ def main() -> None:
     if args.reuse:
         server = Server(data_dir=Path(args.reuse))
         args.keep = True
+        server.start()  # migrates a directory kept by an earlier version to the head
+        server.stop()
         people, visible = asyncio.run(reload(server))
     else:
         server = Server()

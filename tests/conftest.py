@@ -23,6 +23,8 @@ from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
+from flowyard.flows import counts
+from flowyard.flows.models import Flow
 from flowyard.iam import service as iam
 from flowyard.logconfig import JsonFormatter
 from flowyard.models import metadata
@@ -310,3 +312,19 @@ def pytest_report_header() -> str:
     from tests.console.conftest import report_header
 
     return report_header()
+
+
+async def force_status(db: Database, flow_id: str, status: str, **more: Any) -> None:
+    """Put a flow in ``status`` directly, as only the engine could (for tests that run none),
+    with any other ``more`` columns: the row and the flow lists' counts (flows/counts.py), the
+    two that ``flows.status.move`` writes, so the lists stay true."""
+    async with db.write() as session:
+        row = (
+            await session.execute(sa.select(Flow.owners, Flow.status, Flow.type).where(Flow.id == flow_id))
+        ).one()
+        await session.execute(sa.update(Flow).where(Flow.id == flow_id).values(status=status, **more))
+        await counts.shift(
+            session,
+            before=[counts.Shape(row.owners, row.status, row.type)],
+            after=[counts.Shape(row.owners, status, row.type)],
+        )

@@ -274,16 +274,23 @@ def restore(path: Path) -> None:
     help="Replace each JSON cell that cannot be read with a JSON string of its raw text, and fail "
     "the queued or running executions whose input it was.",
 )
-def check(as_json: bool, quick: bool, stuck_after: float | None, quarantine: bool) -> None:
+@click.option(
+    "--recount",
+    is_flag=True,
+    help="Rebuild the flow lists' counts from the flows when they differ (after a change made by hand).",
+)
+def check(as_json: bool, quick: bool, stuck_after: float | None, quarantine: bool, recount: bool) -> None:
     """Report schema revision, pending migrations, reachability, integrity, queue depth, stuck
-    leases and JSON cells that cannot be read; exit status 1 when something is wrong. Changes
-    nothing, but with --quarantine."""
+    leases, JSON cells that cannot be read and flow counts that disagree with the flows; exit
+    status 1 when something is wrong. Changes nothing, but with --quarantine or --recount."""
     from flowyard.ops import check as ops_check
 
     settings = _settings()
     report = _ops(
         lambda: asyncio.run(
-            ops_check.check(settings, quick=quick, stuck_after=stuck_after, quarantine=quarantine)
+            ops_check.check(
+                settings, quick=quick, stuck_after=stuck_after, quarantine=quarantine, recount=recount
+            )
         )
     )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else ops_check.render(report))

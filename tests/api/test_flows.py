@@ -14,9 +14,12 @@ import pytest
 import sqlalchemy as sa
 from argon2 import PasswordHasher
 
+from flowyard.clock import utcnow
 from flowyard.db.session import Database
+from flowyard.flows.status import FlowStatus
+from flowyard.flows.status import move as move_status
 from flowyard.iam import passwords
-from tests.conftest import Account, Factory, flow_body
+from tests.conftest import Account, Factory, flow_body, force_status
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 MISSING_ID = "0123456789abcdef01234567"
@@ -72,10 +75,7 @@ async def create(
 
 async def set_status(db: Database, flow_id: str, status: str) -> None:
     """The engine that completes starting/stopping is built elsewhere: write the state directly."""
-    async with db.write() as session:
-        await session.execute(
-            sa.text("UPDATE flows SET status = :s WHERE id = :i"), {"s": status, "i": flow_id}
-        )
+    await force_status(db, flow_id, status)
 
 
 def assert_error(r: httpx.Response, status: int, message: str | None = None) -> list[dict[str, Any]]:
@@ -877,11 +877,11 @@ async def _race(
     async def engine(database: Database) -> None:
         while not done:
             async with database.write() as session:
-                for src, dst in (("starting", "active"), ("stopping", "inactive")):
-                    await session.execute(
-                        sa.text("UPDATE flows SET status = :d WHERE id = :i AND status = :s"),
-                        {"d": dst, "s": src, "i": flow_id},
-                    )
+                for src, dst in (
+                    (FlowStatus.STARTING, FlowStatus.ACTIVE),
+                    (FlowStatus.STOPPING, FlowStatus.INACTIVE),
+                ):
+                    await move_status(session, flow_id, src, dst, at=utcnow())
             await asyncio.sleep(0.002)
 
     engines = [asyncio.create_task(engine(d)) for d in dbs]

@@ -38,7 +38,7 @@ from flowyard.ids import new_id
 from flowyard.logs import append as logs
 from flowyard.queue import pruner
 from flowyard.queue import store as queue
-from tests.conftest import Account, Factory, flow_body
+from tests.conftest import Account, Factory, flow_body, force_status
 
 
 @pytest.fixture(autouse=True)
@@ -235,7 +235,7 @@ async def test_totals_are_exact_across_creates_deletions_and_pruning(
     await check_totals(client, world)
     # A deleted flow's executions leave the lists (administrators keep them); its logs stay.
     gone = next(fid for fid, (tenant, user) in world.flows.items() if user == world.alice.id and tenant)
-    await db_set(db, "UPDATE flows SET status = 'inactive' WHERE id = :id", id=gone)
+    await force_status(db, gone, "inactive")
     assert (await client.delete(f"/flows/{gone}", headers=world.alice.headers)).status_code == 200
     del world.flows[gone]
     await check_totals(client, world)

@@ -40,7 +40,7 @@ from flowyard.db.session import Database
 from flowyard.iam import passwords
 from flowyard.models import metadata
 from flowyard.webhooks import fastpath
-from tests.conftest import Account, Factory, flow_body
+from tests.conftest import Account, Factory, flow_body, force_status
 
 WHO = ("admin", "with", "without", "other", "tenantless", "narrowed", "admin_narrowed", "anonymous")
 UNRELATED = "iam.key.read"
@@ -81,10 +81,7 @@ class Ctx:
     async def flow(self, *, status: str = "inactive") -> str:
         fid = str((await self.as_admin("POST", "/flows", flow_body(tenant=self.tenant_a)))["data"]["id"])
         if status != "inactive":
-            async with self.db.write() as session:
-                await session.execute(
-                    sa.text("UPDATE flows SET status = :s WHERE id = :i"), {"s": status, "i": fid}
-                )
+            await force_status(self.db, fid, status)
         return fid
 
     async def execution(self) -> str:

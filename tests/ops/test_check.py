@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from flowyard.api.listing import ListQuery
 from flowyard.clock import utcnow
+from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db.session import Database
 from flowyard.executions.service import steps_of
+from flowyard.flows import service as flows
+from flowyard.iam.principal import Principal
 from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
 from flowyard.ops.check import Report, check
 from flowyard.queue.models import Execution
 from tests.cli.test_cli import run
+from tests.conftest import flow_body
 from tests.engine.test_processes import _free_port
 from tests.migrations.test_migrations import empty_url  # noqa: F401 - fixture
 
@@ -59,7 +64,7 @@ async def test_healthy_database_with_queue_and_stuck_leases(db: Database, tmp_pa
     report = await check(settings)
     assert report.ok, report.as_dict()
     checks = _by_name(report)
-    assert list(checks) == ["database", "schema", "integrity", "queue", "leases", "json"]
+    assert list(checks) == ["database", "schema", "integrity", "queue", "leases", "json", "flowCounts"]
     assert checks["schema"]["revision"] == migrate.script_head() and checks["schema"]["pending"] == []
     assert checks["queue"]["queued"] == 0 and checks["queue"]["running"] == 0
     assert checks["integrity"]["ok"] is True
@@ -285,3 +290,46 @@ def test_check_command_names_and_quarantines_unreadable_cells(tmp_path: Path) ->
     body = json.loads(fixed.stdout)
     assert body["ok"] is True and body["checks"]["json"]["failedExecutions"] == [eid]
     run("check", env=env)
+
+
+async def test_flow_counts_that_disagree_are_named_and_recounted(
+    db: Database, tmp_path: Path, registry: Registry
+) -> None:
+    """A status written by hand (past flows.status.move) leaves the flow lists' counts behind:
+    check names the rows that differ and fails; --recount rebuilds them, and the list's total is
+    the rule's again."""
+    settings = Settings(data_dir=tmp_path, database_url=db.url.render_as_string(hide_password=False))
+    admin = Principal("a" * 24, "admin@example.com", None, frozenset({"all"}), "")
+    member = Principal("b" * 24, "m@example.com", "1" * 24, frozenset({"tenant.flows.read"}), "")
+    async with db.write() as session:
+        made = [
+            flows.prepare_new_flow(
+                admin, flow_body(f"f{i}", owners=[{"type": "tenant", "id": "1" * 24}]), registry
+            )
+            for i in range(3)
+        ]
+        await flows.insert_flows(session, made)
+    assert _by_name(await check(settings))["flowCounts"]["ok"] is True
+    async with db.write() as session:
+        await session.execute(sa.text("UPDATE flows SET status = 'active' WHERE id = :i"), {"i": made[0].id})
+
+    async def active_total() -> int:
+        async with db.read() as session:
+            return (await flows.list_flows(session, member, ListQuery(filters={"status": "active"})))[1]
+
+    assert await active_total() == 0  # the hand edit is not counted
+    report = await check(settings)
+    assert not report.ok
+    found = _by_name(report)["flowCounts"]
+    assert found["ok"] is False and "flowyard check --recount" in str(found["summary"])
+    rows = found["rows"]
+    # every scope the flow is counted in (all flows; its creator, added as an owner; tenant 1;
+    # creator and tenant 1), in its old and its new status
+    scopes = [("", ""), (admin.user_id, ""), ("", "1" * 24), (admin.user_id, "1" * 24)]
+    expected = {(u, t, "inactive", 3, 2) for u, t in scopes} | {(u, t, "active", 0, 1) for u, t in scopes}
+    assert {(r["user"], r["tenant"], r["status"], r["kept"], r["counted"]) for r in rows} == expected  # type: ignore[union-attr]
+    report = await check(settings, recount=True)
+    assert report.ok, report.as_dict()
+    assert _by_name(report)["flowCounts"]["recounted"] == 8
+    assert await active_total() == 1
+    assert _by_name(await check(settings))["flowCounts"]["differ"] == 0

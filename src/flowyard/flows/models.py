@@ -94,3 +94,17 @@ class FlowVersion(Base):
     # The version it restored, when made by a restore.
     restored_from: Mapped[int | None] = mapped_column(sa.Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class FlowCount(Base):
+    """How many flows there are per scope of owner entries, status and type (flows/counts.py,
+    the one writer): ``meta.total`` of the flow lists. ``''`` stands for "any" (owner ids are
+    never empty)."""
+
+    __tablename__ = "flow_counts"
+
+    user_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    type: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    n: Mapped[int] = mapped_column(sa.Integer, nullable=False)

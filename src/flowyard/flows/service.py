@@ -25,7 +25,7 @@ from flowyard.db.dialect import dialect_name
 from flowyard.db.fast import Fetch, Row
 from flowyard.db.session import Database
 from flowyard.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
-from flowyard.flows import history, portable
+from flowyard.flows import counts, history, portable
 from flowyard.flows.models import SEARCH_TABLE, Flow, FlowOwner
 from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
@@ -77,33 +77,6 @@ def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
     if principal.is_admin:
         return sa.true()
     return Flow.id.in_(visible_flow_ids(principal))
-
-
-def _visible_count(principal: Principal) -> sa.Select[tuple[int]]:
-    """How many flows a non-admin caller sees, counted from the visibility index alone: each
-    owner key's rows of ``flow_owners`` (one index range), less those an earlier key already
-    counted. Never a ``DISTINCT`` over the caller's ~10,000 ids nor a read of ``flows``: a
-    tenant member's total at 100,000 flows took ~100 ms through ``flows`` and ~17 ms this way
-    (SQLite, loaded machine; docs/performance.md "Flow API")."""
-    keys = principal.owner_keys()
-    keys.sort(key=lambda k: k[0] != "tenant")  # the large range first, the user's few after
-    owners = FlowOwner.__table__
-    counts = []
-    for i, (kind, owner) in enumerate(keys):
-        o = owners.alias(f"o{i}")
-        conds: list[sa.ColumnElement[bool]] = [o.c.owner_type == kind, o.c.owner_id == owner]
-        for j, (earlier_kind, earlier) in enumerate(keys[:i]):
-            e = owners.alias(f"e{i}_{j}")
-            conds.append(
-                ~sa.exists().where(
-                    e.c.flow_id == o.c.flow_id, e.c.owner_type == earlier_kind, e.c.owner_id == earlier
-                )
-            )
-        counts.append(sa.select(sa.func.count()).select_from(o).where(*conds).scalar_subquery())
-    total: sa.ColumnElement[int] = counts[0]
-    for more in counts[1:]:
-        total = total + more
-    return sa.select(total)
 
 
 def owned_clause(principal: Principal, flow_id: Any, *, per_row: bool = False) -> sa.ColumnElement[bool]:
@@ -258,27 +231,21 @@ async def list_flows(
                 fts_table=SEARCH_TABLE,
             ),
         )
-    # Without a filter, a member's list (searched or not) is counted and paged from the
-    # visibility index alone, and a searched one checked against the search index's ids
-    # (SQLite); an administrator's search is counted from the search index alone. Otherwise
-    # the database starts from the narrower side (and the flows' own indexes).
+    # Totals: without a search or filter[user], from the counts kept with the flows
+    # (flows/counts.py: a few counter rows whatever the catalogue's size), read before the page
+    # (an empty or past-the-end page reads nothing else). Otherwise counted in the statement that
+    # picks the page (a window count over what matches, so a search is looked up once).
     unfiltered = len(where) == (2 if lq.search else 1)
     ids = search_ids(dialect_name(session), lq.search, fts_table=SEARCH_TABLE) if lq.search else None
-    by_owners = unfiltered and not principal.is_admin and (ids is not None or not lq.search)
-    count: sa.Select[Any]
     found = ids.subquery("found") if ids is not None else None
-    if by_owners and found is None:
-        count = _visible_count(principal)
-    elif unfiltered and found is not None:
-        # The search index's ids, each checked against the visibility index by primary key.
-        count = sa.select(sa.func.count()).select_from(found)
-        if not principal.is_admin:
-            count = count.where(owned_clause(principal, found.c.id))
-    else:
-        count = sa.select(sa.func.count()).select_from(Flow).where(*where)
-    total = await session.scalar(count) or 0
-    if total == 0 or lq.offset >= total:
-        return [], total
+    statuses = [_STATUS_FILTER[f["status"]]] if "status" in f else None
+    types = [_TYPE_FILTER[f["type"]]] if "type" in f else None
+    counted = not lq.search and "user" not in f
+    total = 0
+    if counted:
+        total = await counts.total(session, principal, statuses=statuses, types=types)
+        if total == 0 or lq.offset >= total:
+            return [], total
     sort_cols: dict[str, Sortable] = {
         "createdAt": Flow.created_at,
         "updatedAt": Flow.updated_at,
@@ -290,14 +257,40 @@ async def list_flows(
     # matches before keeping a page: 35k active flows sorted by updatedAt took
     # ~180 ms instead of ~80 ms on SQLite (bench/api.py).
     page_ids: sa.Select[Any] | sa.CompoundSelect[Any]
-    if by_owners and not lq.sort and found is None:
+    by_owners = unfiltered and not principal.is_admin and not lq.sort
+    if by_owners and found is None and not lq.search:
         page_ids = _visible_id_page(principal, limit=lq.size, offset=lq.offset)
-    elif by_owners and not lq.sort and found is not None:
-        page = sa.select(found.c.id).where(owned_clause(principal, found.c.id)).order_by(found.c.id)
-        page_ids = page.limit(lq.size).offset(lq.offset)
+    elif by_owners and found is not None:
+        # A member's plain search: the search index's ids in id order, each checked against
+        # the visibility index by primary key.
+        page_ids = sa.select(found.c.id).where(owned_clause(principal, found.c.id)).order_by(found.c.id)
     else:
-        page_ids = sa.select(Flow.id).where(*where).order_by(*order).limit(lq.size).offset(lq.offset)
-    query = sa.select(Flow).where(Flow.id.in_(page_ids)).order_by(*order)
+        if counted and not principal.is_admin:
+            # A member's page in the sort's index order: each row read checked for visibility
+            # by primary key while few rows are read before the page is full, else against the
+            # set of the caller's flows built once. The counts say which: reading the page at
+            # the visible flows' density costs ~(offset + size) * all / visible probes, the set
+            # ~visible entries (a member of a large tenant: probes; of a small one: the set).
+            everyone = await counts.total(session, None, statuses=statuses, types=types)
+            per_row = (lq.offset + lq.size) * everyone < total * total
+            where[where.index(visible)] = (
+                owned_clause(principal, Flow.id, per_row=True) if per_row else visible
+            )
+        page_ids = sa.select(Flow.id).where(*where).order_by(*order)
+    if not counted:
+        assert isinstance(page_ids, sa.Select)
+        matched = page_ids.add_columns(sa.func.count().over())
+        picked = (await session.execute(matched.limit(lq.size).offset(lq.offset))).all()
+        if not picked:  # nothing matches, or the page is past the end: how many there are
+            total = await session.scalar(sa.select(sa.func.count()).select_from(page_ids.subquery())) or 0
+            return [], total
+        total = picked[0][1]
+        chosen: Any = [row[0] for row in picked]
+    else:
+        chosen = (
+            page_ids if isinstance(page_ids, sa.CompoundSelect) else page_ids.limit(lq.size).offset(lq.offset)
+        )
+    query = sa.select(Flow).where(Flow.id.in_(chosen)).order_by(*order)
     return (await session.scalars(query)).all(), total
 
 
@@ -618,6 +611,7 @@ async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
     await session.flush()
     for flow in flows:
         await _write_owners(session, flow.id, flow.owners, replace=False)
+    await counts.shift(session, after=[counts.Shape.of(flow) for flow in flows])
     await history.record_first(session, flows)
 
 
@@ -701,6 +695,11 @@ async def update_flow(
     if new_version != flow.history_version:
         await history.record(session, flow.id, new_version, after, author=principal.user_id, at=now)
     await _write_owners(session, flow.id, clean["owners"], replace=True)
+    await counts.shift(
+        session,
+        before=[counts.Shape.of(flow)],
+        after=[counts.Shape(clean["owners"], flow.status, clean["type"])],
+    )
     await session.refresh(flow)
     return flow
 
@@ -787,6 +786,7 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
     await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow.id))
+    await counts.shift(session, before=[counts.Shape(flow.owners, FlowStatus.INACTIVE, flow.type)])
     await history.forget(session, flow.id)
 
 

@@ -11,7 +11,9 @@ lifecycle reconciler's (``triggers/lifecycle.py``), which also forces a flow stu
 ``starting`` or ``stopping`` past the bound to ``inactive``. Each move is one conditional
 ``UPDATE ... WHERE status = <from>``: of concurrent movers exactly one wins.
 
-Imports: the flow model, ``flowyard.states`` and SQLAlchemy only.
+A move also moves the flow in the list counts (``flows.counts``), in the same transaction.
+
+Imports: the flow model and counts, ``flowyard.states`` and SQLAlchemy only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from flowyard.flows import counts
 from flowyard.flows.models import Flow
 from flowyard.states import IllegalMove, Machine
 
@@ -77,10 +80,19 @@ async def move(
     values: dict[str, Any] = {"status": to, "status_changed_at": at, "status_message": message}
     if next_run_at is not _KEEP:
         values["next_run_at"] = next_run_at
-    result = await session.execute(
-        sa.update(Flow)
-        .where(Flow.id == flow_id, Flow.status == frm)
-        .values(**values)
-        .execution_options(synchronize_session=False)
+    moved = (
+        await session.execute(
+            sa.update(Flow)
+            .where(Flow.id == flow_id, Flow.status == frm)
+            .values(**values)
+            .returning(Flow.owners, Flow.type)
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if moved is None:
+        return False
+    owners, kind = moved
+    await counts.shift(
+        session, before=[counts.Shape(owners, frm, kind)], after=[counts.Shape(owners, to, kind)]
     )
-    return int(result.rowcount or 0) == 1  # type: ignore[attr-defined]
+    return True

@@ -37,6 +37,7 @@ from flowyard.config import Settings
 from flowyard.db import migrate
 from flowyard.db import packed as packed_cells
 from flowyard.db.session import Database
+from flowyard.flows import counts as flow_counts
 from flowyard.jsonvalue import MAX_DEPTH, depth_exceeds
 from flowyard.models import metadata
 from flowyard.ops.backup import inspect, sqlite_file
@@ -70,7 +71,12 @@ class Report:
 
 
 async def check(
-    settings: Settings, *, quick: bool = False, stuck_after: float | None = None, quarantine: bool = False
+    settings: Settings,
+    *,
+    quick: bool = False,
+    stuck_after: float | None = None,
+    quarantine: bool = False,
+    recount: bool = False,
 ) -> Report:
     url = sa.make_url(settings.resolved_database_url())
     shown = url.render_as_string(hide_password=True)
@@ -113,6 +119,7 @@ async def check(
             checks.append(await _leases(session, lease_grace))
         if _schema(revision).ok:  # else the columns may not be there yet: schema says migrate
             checks.append(await _json(db, quarantine=quarantine))
+            checks.append(await _flow_counts(db, recount=recount))
     finally:
         await db.dispose()
     return report
@@ -184,6 +191,37 @@ async def _leases(session: Any, grace: float) -> Check:
             details,
         )
     return Check("leases", True, "no stuck leases", details)
+
+
+RECOUNT_COMMAND = "flowyard check --recount"
+
+
+async def _flow_counts(db: Database, *, recount: bool) -> Check:
+    """The flow lists' totals (flows/counts.py) against the flows themselves; ``recount``
+    rebuilds them when they differ (a write made by hand, past the flows module)."""
+    async with db.read() as session:
+        differ = await flow_counts.drift(session)
+    if differ and recount:
+        async with db.write() as session:
+            fixed = await flow_counts.recount(session)
+        return Check(
+            "flowCounts",
+            True,
+            f"recounted: {fixed} counter rows differed from the flows",
+            {"recounted": fixed},
+        )
+    if differ:
+        shown = [
+            {"user": u, "tenant": t, "status": s, "type": ty, "kept": kept, "counted": counted}
+            for (u, t, s, ty), (kept, counted) in sorted(differ.items())[:_SHOWN]
+        ]
+        return Check(
+            "flowCounts",
+            False,
+            f"{len(differ)} counter rows of the flow lists differ from the flows: run {RECOUNT_COMMAND}",
+            {"differ": len(differ), "rows": shown},
+        )
+    return Check("flowCounts", True, "the flow lists' counts agree with the flows", {"differ": 0})
 
 
 # Deeper than MAX_DEPTH only where the store wraps a value: a result is {"data": value} or

@@ -1,0 +1,184 @@
+"""How many flows each caller sees, kept as counts in the transactions that change flows, so a
+list's ``meta.total`` is a few counter rows, never a count of thousands of flows (issue 19).
+
+A flow is visible to a caller through its owner entries (``flows.service``: the one rule), so
+the counts are kept per *scope* of owner entries, and per ``status`` and ``type`` (the list's
+filters), in ``flow_counts``:
+
+- ``('', '')``: every flow (an administrator's lists);
+- ``(u, '')``: the flows with the owner entry ``user u``;
+- ``('', t)``: the flows with the owner entry ``tenant t``;
+- ``(u, t)``: the flows with both, so that a member of ``t`` (who sees ``user u`` or
+  ``tenant t``) is counted ``n(u, '') + n('', t) - n(u, t)``, each flow once.
+
+Owner ids are never empty (``flows.validation``), so ``''`` names no owner.
+
+Written only here, through :func:`shift`, by the flows module's writers: ``insert_flows``,
+``update_flow`` (owners, type), ``delete_flow`` and ``flows.status.move``; each shift is one
+sorted upsert (``db.dialect.increment``: concurrent writers on PostgreSQL lock counter rows in
+one order) in the writer's own transaction, so a committed flow is always counted and a rolled
+back one never. Migration 0022 filled the table from the flows there were; :func:`drift` tells
+whether the table still agrees with the flows (``flowyard check``), :func:`recount` rebuilds it
+(``flowyard check --recount``) after a write that bypassed this module (an edit by hand).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from flowyard.db import dialect
+from flowyard.flows.models import FlowCount
+
+if TYPE_CHECKING:
+    from flowyard.iam.principal import Principal
+
+ANY = ""
+
+Scope = tuple[str, str]
+
+
+class Shape:
+    """What a flow is counted by: its owner entries, status and type."""
+
+    __slots__ = ("owners", "status", "type")
+
+    def __init__(self, owners: Iterable[Mapping[str, str]], status: str, type: str) -> None:
+        self.owners = tuple((o["type"], o["id"]) for o in owners)
+        self.status = str(status)
+        self.type = str(type)
+
+    @classmethod
+    def of(cls, flow: Any) -> Shape:
+        return cls(flow.owners or (), flow.status, flow.type)
+
+
+def scopes(owners: Iterable[tuple[str, str]]) -> set[Scope]:
+    """The scopes one flow with these owner entries is counted in."""
+    users = {i for t, i in owners if t == "user"}
+    tenants = {i for t, i in owners if t == "tenant"}
+    out: set[Scope] = {(ANY, ANY)}
+    out.update((u, ANY) for u in users)
+    out.update((ANY, t) for t in tenants)
+    out.update((u, t) for u in users for t in tenants)
+    return out
+
+
+async def shift(
+    session: AsyncSession,
+    *,
+    before: Sequence[Shape] = (),
+    after: Sequence[Shape] = (),
+) -> None:
+    """Count the flows of ``after`` and uncount those of ``before`` (a flow that changed is in
+    both), in the caller's transaction."""
+    deltas: Counter[tuple[str, str, str, str]] = Counter()
+    for shapes, sign in ((before, -1), (after, 1)):
+        for shape in shapes:
+            for user, tenant in scopes(shape.owners):
+                deltas[(user, tenant, shape.status, shape.type)] += sign
+    rows = [
+        {"user_id": u, "tenant": t, "status": s, "type": ty, "n": n}
+        for (u, t, s, ty), n in deltas.items()
+        if n
+    ]
+    await dialect.increment(session, FlowCount, ("user_id", "tenant", "status", "type"), "n", rows)
+
+
+def total_query(
+    principal: Principal | None, *, statuses: Sequence[str] | None, types: Sequence[str] | None
+) -> sa.Select[tuple[int]]:
+    """How many flows the caller sees (``None``: how many there are), of these statuses and
+    types (None: any)."""
+    c = FlowCount.__table__.c
+    if principal is None or principal.is_admin:
+        signed: list[tuple[Scope, int]] = [((ANY, ANY), 1)]
+    else:
+        keys = dict(principal.owner_keys())
+        user, tenant = keys["user"], keys.get("tenant")
+        signed = [((user, ANY), 1)]
+        if tenant:
+            signed += [((ANY, tenant), 1), ((user, tenant), -1)]
+    term = sa.case(
+        *[((c.user_id == u) & (c.tenant == t), c.n * sign) for (u, t), sign in signed],
+        else_=0,
+    )
+    where: list[sa.ColumnElement[bool]] = [
+        sa.or_(*[(c.user_id == u) & (c.tenant == t) for (u, t), _ in signed])
+    ]
+    if statuses is not None:
+        where.append(c.status.in_(statuses))
+    if types is not None:
+        where.append(c.type.in_(types))
+    return sa.select(sa.func.coalesce(sa.func.sum(term), 0)).where(*where)
+
+
+async def total(
+    session: AsyncSession,
+    principal: Principal | None,
+    *,
+    statuses: Sequence[str] | None = None,
+    types: Sequence[str] | None = None,
+) -> int:
+    return int(await session.scalar(total_query(principal, statuses=statuses, types=types)) or 0)
+
+
+# Every counter row, counted from the flows and their owner entries (the rule of ``scopes``).
+_RECOUNT = sa.text(
+    """
+SELECT '' AS user_id, '' AS tenant, f.status, f.type, count(*) AS n FROM flows f GROUP BY f.status, f.type
+UNION ALL
+SELECT o.owner_id, '', f.status, f.type, count(*)
+  FROM flow_owners o JOIN flows f ON f.id = o.flow_id
+ WHERE o.owner_type = 'user' GROUP BY o.owner_id, f.status, f.type
+UNION ALL
+SELECT '', o.owner_id, f.status, f.type, count(*)
+  FROM flow_owners o JOIN flows f ON f.id = o.flow_id
+ WHERE o.owner_type = 'tenant' GROUP BY o.owner_id, f.status, f.type
+UNION ALL
+SELECT u.owner_id, t.owner_id, f.status, f.type, count(*)
+  FROM flow_owners u
+  JOIN flow_owners t ON t.flow_id = u.flow_id AND t.owner_type = 'tenant'
+  JOIN flows f ON f.id = u.flow_id
+ WHERE u.owner_type = 'user' GROUP BY u.owner_id, t.owner_id, f.status, f.type
+"""
+).columns(user_id=sa.String, tenant=sa.String, status=sa.String, type=sa.String, n=sa.Integer)
+
+Key = tuple[str, str, str, str]
+
+
+async def drift(session: AsyncSession) -> dict[Key, tuple[int, int]]:
+    """The counter rows that disagree with the flows: key -> (kept, counted)."""
+    counted: dict[Key, int] = {
+        (u, t, s, ty): int(n) for u, t, s, ty, n in (await session.execute(_RECOUNT)).all()
+    }
+    c = FlowCount.__table__.c
+    kept: dict[Key, int] = {
+        (u, t, s, ty): int(n)
+        for u, t, s, ty, n in (
+            await session.execute(sa.select(c.user_id, c.tenant, c.status, c.type, c.n))
+        ).all()
+        if n
+    }
+    return {
+        k: (kept.get(k, 0), counted.get(k, 0))
+        for k in kept.keys() | counted.keys()
+        if kept.get(k, 0) != counted.get(k, 0)
+    }
+
+
+async def recount(session: AsyncSession) -> int:
+    """Rebuild the counter rows from the flows, in the caller's write transaction (on
+    PostgreSQL the flows are locked against writes until it commits); how many rows differed."""
+    if dialect.dialect_name(session) == "postgresql":
+        await session.execute(sa.text("LOCK TABLE flows, flow_owners IN SHARE MODE"))
+    differed = len(await drift(session))
+    await session.execute(sa.delete(FlowCount))
+    await session.execute(
+        sa.insert(FlowCount).from_select(["user_id", "tenant", "status", "type", "n"], _RECOUNT)
+    )
+    return differed
