@@ -16,6 +16,7 @@ from argon2 import PasswordHasher
 
 from flowyard.clock import utcnow
 from flowyard.db.session import Database
+from flowyard.flows import counts
 from flowyard.flows.status import FlowStatus
 from flowyard.flows.status import move as move_status
 from flowyard.iam import passwords
@@ -926,6 +927,8 @@ async def _race(
             if kind == "patch" and r.status_code == 200
         }
         assert flow["name"] in patched | {"racy"}
+    async with dbs[0].read() as session:  # every move and the delete counted once, racing or not
+        assert await counts.drift(session) == {}
 
 
 async def test_concurrent_commands_on_one_flow(client: httpx.AsyncClient, world: World, db: Database) -> None:

@@ -89,42 +89,51 @@ async def shift(
     await dialect.increment(session, FlowCount, ("user_id", "tenant", "status", "type"), "n", rows)
 
 
-def total_query(
-    principal: Principal | None, *, statuses: Sequence[str] | None, types: Sequence[str] | None
-) -> sa.Select[tuple[int]]:
-    """How many flows the caller sees (``None``: how many there are), of these statuses and
-    types (None: any)."""
-    c = FlowCount.__table__.c
+def _signed(principal: Principal | None) -> list[tuple[Scope, int]]:
+    """The scopes whose counts make up what the caller sees (``None``: every flow), each with
+    its sign: a member sees ``user u`` or ``tenant t``, so the flows with both are taken off once."""
     if principal is None or principal.is_admin:
-        signed: list[tuple[Scope, int]] = [((ANY, ANY), 1)]
-    else:
-        keys = dict(principal.owner_keys())
-        user, tenant = keys["user"], keys.get("tenant")
-        signed = [((user, ANY), 1)]
-        if tenant:
-            signed += [((ANY, tenant), 1), ((user, tenant), -1)]
-    term = sa.case(
-        *[((c.user_id == u) & (c.tenant == t), c.n * sign) for (u, t), sign in signed],
-        else_=0,
-    )
+        return [((ANY, ANY), 1)]
+    keys = dict(principal.owner_keys())
+    user, tenant = keys["user"], keys.get("tenant")
+    if not tenant:
+        return [((user, ANY), 1)]
+    return [((user, ANY), 1), ((ANY, tenant), 1), ((user, tenant), -1)]
+
+
+def totals_query(
+    principal: Principal | None, *, statuses: Sequence[str] | None, types: Sequence[str] | None
+) -> sa.Select[int, int]:
+    """How many flows the caller sees (``None``: how many there are) and how many there are,
+    of these statuses and types (None: any), in one statement."""
+    c = FlowCount.__table__.c
+    signed = _signed(principal)
+    scopes = {scope for scope, _ in signed} | {(ANY, ANY)}
+
+    def sum_of(terms: list[tuple[Scope, int]]) -> sa.ColumnElement[int]:
+        term = sa.case(*[((c.user_id == u) & (c.tenant == t), c.n * sign) for (u, t), sign in terms], else_=0)
+        return sa.func.coalesce(sa.func.sum(term), 0)
+
     where: list[sa.ColumnElement[bool]] = [
-        sa.or_(*[(c.user_id == u) & (c.tenant == t) for (u, t), _ in signed])
+        sa.or_(*[(c.user_id == u) & (c.tenant == t) for u, t in sorted(scopes)])
     ]
     if statuses is not None:
         where.append(c.status.in_(statuses))
     if types is not None:
         where.append(c.type.in_(types))
-    return sa.select(sa.func.coalesce(sa.func.sum(term), 0)).where(*where)
+    return sa.select(sum_of(signed), sum_of([((ANY, ANY), 1)])).where(*where)
 
 
-async def total(
+async def totals(
     session: AsyncSession,
     principal: Principal | None,
     *,
     statuses: Sequence[str] | None = None,
     types: Sequence[str] | None = None,
-) -> int:
-    return int(await session.scalar(total_query(principal, statuses=statuses, types=types)) or 0)
+) -> tuple[int, int]:
+    """(how many flows the caller sees, how many there are) of these statuses and types."""
+    row = (await session.execute(totals_query(principal, statuses=statuses, types=types))).one()
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 # Every counter row, counted from the flows and their owner entries (the rule of ``scopes``).

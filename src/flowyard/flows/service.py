@@ -243,7 +243,7 @@ async def list_flows(
     counted = not lq.search and "user" not in f
     total = 0
     if counted:
-        total = await counts.total(session, principal, statuses=statuses, types=types)
+        total, everyone = await counts.totals(session, principal, statuses=statuses, types=types)
         if total == 0 or lq.offset >= total:
             return [], total
     sort_cols: dict[str, Sortable] = {
@@ -271,7 +271,6 @@ async def list_flows(
             # set of the caller's flows built once. The counts say which: reading the page at
             # the visible flows' density costs ~(offset + size) * all / visible probes, the set
             # ~visible entries (a member of a large tenant: probes; of a small one: the set).
-            everyone = await counts.total(session, None, statuses=statuses, types=types)
             per_row = (lq.offset + lq.size) * everyone < total * total
             where[where.index(visible)] = (
                 owned_clause(principal, Flow.id, per_row=True) if per_row else visible
