@@ -24,6 +24,7 @@ whether the table still agrees with the flows (``flowyard check``), :func:`recou
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,50 +90,61 @@ async def shift(
     await dialect.increment(session, FlowCount, ("user_id", "tenant", "status", "type"), "n", rows)
 
 
-def _signed(principal: Principal | None) -> list[tuple[Scope, int]]:
-    """The scopes whose counts make up what the caller sees (``None``: every flow), each with
-    its sign: a member sees ``user u`` or ``tenant t``, so the flows with both are taken off once."""
-    if principal is None or principal.is_admin:
-        return [((ANY, ANY), 1)]
-    keys = dict(principal.owner_keys())
-    user, tenant = keys["user"], keys.get("tenant")
-    if not tenant:
-        return [((user, ANY), 1)]
-    return [((user, ANY), 1), ((ANY, tenant), 1), ((user, tenant), -1)]
-
-
-def totals_query(
-    principal: Principal | None, *, statuses: Sequence[str] | None, types: Sequence[str] | None
-) -> sa.Select[int, int]:
-    """How many flows the caller sees (``None``: how many there are) and how many there are,
-    of these statuses and types (None: any), in one statement."""
+@functools.cache
+def _totals_statement(kind: str, by_status: bool, by_type: bool) -> sa.Select[int, int]:
+    """How many flows a caller of ``kind`` sees and how many there are, of the status and type
+    given (or any): one statement, built once per shape, its values bind parameters. ``kind``:
+    ``all`` (an administrator sees every flow), ``user`` (a caller without a tenant sees the
+    flows with its user entry) or ``member`` (its user entry or its tenant's, the flows with
+    both taken off once)."""
     c = FlowCount.__table__.c
-    signed = _signed(principal)
-    scopes = {scope for scope, _ in signed} | {(ANY, ANY)}
+    user = sa.bindparam("count_user", type_=sa.String)
+    tenant = sa.bindparam("count_tenant", type_=sa.String)
+    every: Any = (ANY, ANY)
+    signed: list[tuple[Any, int]] = {
+        "all": [(every, 1)],
+        "user": [((user, ANY), 1)],
+        "member": [((user, ANY), 1), ((ANY, tenant), 1), ((user, tenant), -1)],
+    }[kind]
 
-    def sum_of(terms: list[tuple[Scope, int]]) -> sa.ColumnElement[int]:
+    def sum_of(terms: list[tuple[Any, int]]) -> sa.ColumnElement[int]:
         term = sa.case(*[((c.user_id == u) & (c.tenant == t), c.n * sign) for (u, t), sign in terms], else_=0)
         return sa.func.coalesce(sa.func.sum(term), 0)
 
-    where: list[sa.ColumnElement[bool]] = [
-        sa.or_(*[(c.user_id == u) & (c.tenant == t) for u, t in sorted(scopes)])
-    ]
-    if statuses is not None:
-        where.append(c.status.in_(statuses))
-    if types is not None:
-        where.append(c.type.in_(types))
-    return sa.select(sum_of(signed), sum_of([((ANY, ANY), 1)])).where(*where)
+    scopes = [scope for scope, _ in signed] + ([every] if kind != "all" else [])
+    where: list[sa.ColumnElement[bool]] = [sa.or_(*[(c.user_id == u) & (c.tenant == t) for u, t in scopes])]
+    if by_status:
+        where.append(c.status == sa.bindparam("count_status", type_=sa.String))
+    if by_type:
+        where.append(c.type == sa.bindparam("count_type", type_=sa.String))
+    return sa.select(sum_of(signed), sum_of([(every, 1)])).where(*where)
 
 
 async def totals(
     session: AsyncSession,
     principal: Principal | None,
     *,
-    statuses: Sequence[str] | None = None,
-    types: Sequence[str] | None = None,
+    status: str | None = None,
+    type: str | None = None,
 ) -> tuple[int, int]:
-    """(how many flows the caller sees, how many there are) of these statuses and types."""
-    row = (await session.execute(totals_query(principal, statuses=statuses, types=types))).one()
+    """(how many flows the caller sees, how many there are) of this status and type (None:
+    any); ``principal`` None: every flow."""
+    params: dict[str, str] = {}
+    if principal is None or principal.is_admin:
+        kind = "all"
+    else:
+        keys = dict(principal.owner_keys())
+        params["count_user"] = keys["user"]
+        kind = "user"
+        if keys.get("tenant"):
+            params["count_tenant"] = keys["tenant"]
+            kind = "member"
+    if status is not None:
+        params["count_status"] = status
+    if type is not None:
+        params["count_type"] = type
+    statement = _totals_statement(kind, status is not None, type is not None)
+    row = (await session.execute(statement, params)).one()
     return int(row[0] or 0), int(row[1] or 0)
 
 

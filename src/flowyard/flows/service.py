@@ -7,9 +7,10 @@ the seed's table does not allow.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import sqlalchemy as sa
@@ -66,20 +67,51 @@ def not_found(flow_id: str) -> NotFound:
 # flow ids, a clause on flows, a check of one loaded flow) all use it, and so do executions.
 
 
-def visible_flow_ids(principal: Principal) -> sa.Select[str]:
+class Viewer(Protocol):
+    """What the visibility forms below read of a caller: a ``Principal``, or ``_BOUND_*`` (its
+    owner keys as bind parameters, for statements built once per shape)."""
+
+    @property
+    def is_admin(self) -> bool: ...
+
+    def owner_keys(self) -> list[tuple[str, Any]]: ...
+
+
+class _BoundViewer:
+    """A non-admin caller whose owner keys are the bind parameters ``vis_user`` (and
+    ``vis_tenant``): a statement built with it serves every caller of that shape."""
+
+    is_admin = False
+
+    def __init__(self, *, tenant: bool) -> None:
+        self._keys: list[tuple[str, Any]] = [("user", sa.bindparam("vis_user", type_=sa.String))]
+        if tenant:
+            self._keys.append(("tenant", sa.bindparam("vis_tenant", type_=sa.String)))
+
+    def owner_keys(self) -> list[tuple[str, Any]]:
+        return list(self._keys)
+
+
+def _viewer_params(principal: Principal) -> dict[str, str]:
+    """The values of ``_BoundViewer``'s parameters for ``principal``."""
+    keys = dict(principal.owner_keys())
+    return {"vis_user": keys["user"], **({"vis_tenant": keys["tenant"]} if "tenant" in keys else {})}
+
+
+def visible_flow_ids(principal: Viewer) -> sa.Select[str]:
     """Ids of the flows a non-admin caller sees (do not use for admins: they see all)."""
     conds = [sa.and_(FlowOwner.owner_type == t, FlowOwner.owner_id == i) for t, i in principal.owner_keys()]
     return sa.select(FlowOwner.flow_id).where(sa.or_(*conds))
 
 
-def visible_clause(principal: Principal) -> sa.ColumnElement[bool]:
+def visible_clause(principal: Viewer) -> sa.ColumnElement[bool]:
     """Flows whose owners include the caller or its tenant; everything for admins."""
     if principal.is_admin:
         return sa.true()
     return Flow.id.in_(visible_flow_ids(principal))
 
 
-def owned_clause(principal: Principal, flow_id: Any, *, per_row: bool = False) -> sa.ColumnElement[bool]:
+def owned_clause(principal: Viewer, flow_id: Any, *, per_row: bool = False) -> sa.ColumnElement[bool]:
     """``flow_id`` is visible to a non-admin caller: a primary-key probe of ``flow_owners``.
 
     ``per_row``: the probe as a scalar subquery (``LIMIT 1``), which PostgreSQL keeps as a
@@ -93,7 +125,7 @@ def owned_clause(principal: Principal, flow_id: Any, *, per_row: bool = False) -
     return sa.exists().where(o.c.flow_id == flow_id, sa.or_(*keys))
 
 
-def owned_set_clause(principal: Principal, flow_id: Any) -> sa.ColumnElement[bool]:
+def owned_set_clause(principal: Viewer, flow_id: Any) -> sa.ColumnElement[bool]:
     """``flow_id`` is among the flows a non-admin caller sees, checked against the set of them
     built once per statement: SQLite keeps it as an in-memory index (``LIST SUBQUERY``), and
     PostgreSQL as a hashed subplan (the ``IS TRUE`` keeps it from becoming a join, which would
@@ -103,7 +135,7 @@ def owned_set_clause(principal: Principal, flow_id: Any) -> sa.ColumnElement[boo
     return flow_id.in_(visible_flow_ids(principal)).is_(sa.true())
 
 
-def _visible_id_page(principal: Principal, *, limit: int, offset: int) -> sa.CompoundSelect[Any]:
+def _visible_id_page(principal: Viewer, *, limit: Any, offset: Any) -> sa.CompoundSelect[Any]:
     """A page of the ids a non-admin caller sees, in id order, from the visibility index
     alone: each owner key's index range is already in id order and ``UNION ... ORDER BY``
     merges them (SQLite: MERGE (UNION), no sort of the ~10,000 ids; offset 5,000 in 5 ms
@@ -179,44 +211,62 @@ async def read_flow(db: Database, principal: Principal, flow_id: str) -> dict[st
     return to_dict(flow)
 
 
-async def list_flows(
-    session: AsyncSession, principal: Principal, lq: ListQuery
-) -> tuple[Sequence[Flow], int]:
-    principal.require(perms.FLOWS_READ)
-    visible = visible_clause(principal)
-    where: list[sa.ColumnElement[bool]] = [visible]
+def _flow_filters(f: dict[str, str]) -> tuple[FlowStatus | None, str | None, str | None]:
+    """``filter[status]``, ``filter[type]`` and ``filter[user]``, checked (every problem at once)."""
     problems = []
-    f = lq.filters
+    status = kind = user = None
     if "status" in f:
-        if f["status"] not in _STATUS_FILTER:
+        status = _STATUS_FILTER.get(f["status"])
+        if status is None:
             problems.append(
                 Problem(
                     "filter[status] must be active, inactive, starting, stopping, 1 or 0.", "filter[status]"
                 )
             )
-        else:
-            where.append(Flow.status == _STATUS_FILTER[f["status"]])
     if "type" in f:
-        if f["type"] not in _TYPE_FILTER:
+        kind = _TYPE_FILTER.get(f["type"])
+        if kind is None:
             problems.append(
                 Problem("filter[type] must be ordinary, realtime or long_running.", "filter[type]")
             )
-        else:
-            where.append(Flow.type == _TYPE_FILTER[f["type"]])
     if "user" in f:
         user = f["user"]
         if not user or len(user) > 64:
             problems.append(Problem("filter[user] must be a user id.", "filter[user]"))
-        else:
-            where.append(
-                Flow.id.in_(
-                    sa.select(FlowOwner.flow_id).where(
-                        FlowOwner.owner_type == "user", FlowOwner.owner_id == user
-                    )
-                )
-            )
     if problems:
         raise InvalidInput(problems)
+    return status, kind, user
+
+
+_SORT_COLUMNS: dict[str, Sortable] = {
+    "createdAt": Flow.created_at,
+    "updatedAt": Flow.updated_at,
+    "name": Flow.name,
+}
+
+
+async def list_flows(
+    session: AsyncSession, principal: Principal, lq: ListQuery
+) -> tuple[Sequence[Flow], int]:
+    principal.require(perms.FLOWS_READ)
+    status, kind, user = _flow_filters(lq.filters)
+    if not lq.search and user is None:
+        return await _counted_list(session, principal, lq, status, kind)
+    # A search or filter[user]: counted in the statement that picks the page (a window count
+    # over what matches, so a search is looked up once).
+    visible = visible_clause(principal)
+    where: list[sa.ColumnElement[bool]] = [visible]
+    if status is not None:
+        where.append(Flow.status == status)
+    if kind is not None:
+        where.append(Flow.type == kind)
+    if user is not None:
+        where.append(
+            Flow.id.in_(
+                sa.select(FlowOwner.flow_id).where(FlowOwner.owner_type == "user", FlowOwner.owner_id == user)
+            )
+        )
+    found = None
     if lq.search:
         # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
         # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
@@ -231,66 +281,89 @@ async def list_flows(
                 fts_table=SEARCH_TABLE,
             ),
         )
-    # Totals: without a search or filter[user], from the counts kept with the flows
-    # (flows/counts.py: a few counter rows whatever the catalogue's size), read before the page
-    # (an empty or past-the-end page reads nothing else). Otherwise counted in the statement that
-    # picks the page (a window count over what matches, so a search is looked up once).
-    unfiltered = len(where) == (2 if lq.search else 1)
-    ids = search_ids(dialect_name(session), lq.search, fts_table=SEARCH_TABLE) if lq.search else None
-    found = ids.subquery("found") if ids is not None else None
-    statuses = [_STATUS_FILTER[f["status"]]] if "status" in f else None
-    types = [_TYPE_FILTER[f["type"]]] if "type" in f else None
-    counted = not lq.search and "user" not in f
-    total = 0
-    if counted:
-        total, everyone = await counts.totals(session, principal, statuses=statuses, types=types)
-        if total == 0 or lq.offset >= total:
-            return [], total
-    sort_cols: dict[str, Sortable] = {
-        "createdAt": Flow.created_at,
-        "updatedAt": Flow.updated_at,
-        "name": Flow.name,
-    }
-    order = order_by(lq.sort, sort_cols, Flow.id)
-    # Deferred join: pick the page's ids first, then read only those rows. Without
-    # it the database sorts whole rows (graph JSON included) of everything that
-    # matches before keeping a page: 35k active flows sorted by updatedAt took
-    # ~180 ms instead of ~80 ms on SQLite (bench/api.py).
-    page_ids: sa.Select[Any] | sa.CompoundSelect[Any]
-    by_owners = unfiltered and not principal.is_admin and not lq.sort
-    if by_owners and found is None and not lq.search:
-        page_ids = _visible_id_page(principal, limit=lq.size, offset=lq.offset)
-    elif by_owners and found is not None:
+        ids = search_ids(dialect_name(session), lq.search, fts_table=SEARCH_TABLE)
+        found = ids.subquery("found") if ids is not None else None
+    order = order_by(lq.sort, _SORT_COLUMNS, Flow.id)
+    page_ids: sa.Select[Any]
+    if found is not None and len(where) == 2 and not principal.is_admin and not lq.sort:
         # A member's plain search: the search index's ids in id order, each checked against
         # the visibility index by primary key.
         page_ids = sa.select(found.c.id).where(owned_clause(principal, found.c.id)).order_by(found.c.id)
     else:
-        if counted and not principal.is_admin:
-            # A member's page in the sort's index order: each row read checked for visibility
-            # by primary key while few rows are read before the page is full, else against the
-            # set of the caller's flows built once. The counts say which: reading the page at
-            # the visible flows' density costs ~(offset + size) * all / visible probes, the set
-            # ~visible entries (a member of a large tenant: probes; of a small one: the set).
-            per_row = (lq.offset + lq.size) * everyone < total * total
-            where[where.index(visible)] = (
-                owned_clause(principal, Flow.id, per_row=True) if per_row else visible
-            )
+        # Deferred join: pick the page's ids first, then read only those rows. Without
+        # it the database sorts whole rows (graph JSON included) of everything that
+        # matches before keeping a page: 35k active flows sorted by updatedAt took
+        # ~180 ms instead of ~80 ms on SQLite (bench/api.py).
         page_ids = sa.select(Flow.id).where(*where).order_by(*order)
-    if not counted:
-        assert isinstance(page_ids, sa.Select)
-        matched = page_ids.add_columns(sa.func.count().over())
-        picked = (await session.execute(matched.limit(lq.size).offset(lq.offset))).all()
-        if not picked:  # nothing matches, or the page is past the end: how many there are
-            total = await session.scalar(sa.select(sa.func.count()).select_from(page_ids.subquery())) or 0
-            return [], total
-        total = picked[0][1]
-        chosen: Any = [row[0] for row in picked]
+    matched = page_ids.add_columns(sa.func.count().over())
+    picked = (await session.execute(matched.limit(lq.size).offset(lq.offset))).all()
+    if not picked:  # nothing matches, or the page is past the end: how many there are
+        total = await session.scalar(sa.select(sa.func.count()).select_from(page_ids.subquery())) or 0
+        return [], total
+    query = sa.select(Flow).where(Flow.id.in_([row[0] for row in picked])).order_by(*order)
+    return (await session.scalars(query)).all(), picked[0][1]
+
+
+async def _counted_list(
+    session: AsyncSession, principal: Principal, lq: ListQuery, status: str | None, kind: str | None
+) -> tuple[Sequence[Flow], int]:
+    """A list without a search or filter[user]: its total from the counts kept with the flows
+    (flows/counts.py: a few counter rows whatever the catalogue's size), read first (an empty
+    or past-the-end page reads nothing else); its page by a statement built once per shape."""
+    total, everyone = await counts.totals(session, principal, status=status, type=kind)
+    if total == 0 or lq.offset >= total:
+        return [], total
+    member = not principal.is_admin
+    per_row = False
+    if member and (lq.sort or status or kind):
+        # A member's page in the sort's index order: each row read checked for visibility
+        # by primary key while few rows are read before the page is full, else against the
+        # set of the caller's flows built once. The counts say which: reading the page at
+        # the visible flows' density costs ~(offset + size) * all / visible probes, the set
+        # ~visible entries (a member of a large tenant: probes; of a small one: the set).
+        per_row = (lq.offset + lq.size) * everyone < total * total
+    params: dict[str, Any] = {"page_limit": lq.size, "page_offset": lq.offset}
+    if member:
+        params.update(_viewer_params(principal))
+    if status is not None:
+        params["f_status"] = status
+    if kind is not None:
+        params["f_type"] = kind
+    query = _counted_page(
+        member=member,
+        tenant="vis_tenant" in params,
+        status=status is not None,
+        kind=kind is not None,
+        sort=lq.sort,
+        per_row=per_row,
+    )
+    return (await session.scalars(query, params)).all(), total
+
+
+@functools.cache
+def _counted_page(
+    *, member: bool, tenant: bool, status: bool, kind: bool, sort: str | None, per_row: bool
+) -> sa.Select[Flow]:
+    """The page statement of ``_counted_list`` for one shape of caller, filters and sort, with
+    its values as bind parameters: built (and compiled) once, not per request (building it
+    cost more CPU than running it)."""
+    viewer = _BoundViewer(tenant=tenant) if member else None
+    limit = sa.bindparam("page_limit", type_=sa.Integer)
+    offset = sa.bindparam("page_offset", type_=sa.Integer)
+    order = order_by(sort, _SORT_COLUMNS, Flow.id)
+    page_ids: sa.Select[Any] | sa.CompoundSelect[Any]
+    if viewer is not None and not (sort or status or kind):
+        page_ids = _visible_id_page(viewer, limit=limit, offset=offset)
     else:
-        chosen = (
-            page_ids if isinstance(page_ids, sa.CompoundSelect) else page_ids.limit(lq.size).offset(lq.offset)
-        )
-    query = sa.select(Flow).where(Flow.id.in_(chosen)).order_by(*order)
-    return (await session.scalars(query)).all(), total
+        where: list[sa.ColumnElement[bool]] = []
+        if viewer is not None:
+            where.append(owned_clause(viewer, Flow.id, per_row=True) if per_row else visible_clause(viewer))
+        if status:
+            where.append(Flow.status == sa.bindparam("f_status", type_=sa.String))
+        if kind:
+            where.append(Flow.type == sa.bindparam("f_type", type_=sa.String))
+        page_ids = sa.select(Flow.id).where(*where).order_by(*order).limit(limit).offset(offset)
+    return sa.select(Flow).where(Flow.id.in_(page_ids)).order_by(*order)
 
 
 def _owners_for(
