@@ -1,8 +1,10 @@
 """Flow lists page for page equal the documented rule, on SQLite and PostgreSQL, for random
-owners, statuses, ties, sorts and searches: a tenant member's plain list now counts and pages from the
-visibility index alone (flows.service ``_visible_count`` and ``_visible_id_page``: a merge of
-each owner key's index range), every other list as before; page N of either must be exactly
-the slice the rule gives, and the total the rule's count. Another tenant's flows never appear."""
+owners, statuses, ties, sorts and searches: totals from the kept counts (flows/counts.py) or a
+window count (search), a tenant member's plain page from the visibility index alone
+(``_visible_id_page``: a merge of each owner key's index range), a filtered or sorted one with
+a probe per row or the set of the member's flows (both are reached: page sizes 1 to 1000);
+page N of each must be exactly the slice the rule gives, and the total the rule's count.
+Another tenant's flows never appear."""
 
 from __future__ import annotations
 
