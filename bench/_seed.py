@@ -167,7 +167,7 @@ async def load_flows(
         if len(pending) >= batch or i == count - 1:
             async with db.write() as session:
                 await insert_flow_rows(session, pending)
-                await counts.shift(session, after=[counts.Shape.of(f) for f in pending_flows])
+                await counts.shift(session, after=[counts.Shape.new(f) for f in pending_flows])
                 await history.record_first(session, pending_flows)
             out.extend(pending)
             pending, pending_flows = [], []

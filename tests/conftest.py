@@ -319,12 +319,11 @@ async def force_status(db: Database, flow_id: str, status: str, **more: Any) -> 
     with any other ``more`` columns: the row and the flow lists' counts (flows/counts.py), the
     two that ``flows.status.move`` writes, so the lists stay true."""
     async with db.write() as session:
-        row = (
-            await session.execute(sa.select(Flow.owners, Flow.status, Flow.type).where(Flow.id == flow_id))
-        ).one()
+        row = (await session.execute(sa.select(Flow.status, Flow.type).where(Flow.id == flow_id))).one()
         await session.execute(sa.update(Flow).where(Flow.id == flow_id).values(status=status, **more))
+        owners = await counts.owner_entries(session, flow_id)
         await counts.shift(
             session,
-            before=[counts.Shape(row.owners, row.status, row.type)],
-            after=[counts.Shape(row.owners, status, row.type)],
+            before=[counts.Shape(owners, row.status, row.type)],
+            after=[counts.Shape(owners, status, row.type)],
         )

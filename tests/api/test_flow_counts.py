@@ -184,3 +184,54 @@ async def test_a_rolled_back_write_is_not_counted(db: Database, registry: Regist
             raise Boom
     await _check(db, "rolled back")
     assert await _recount(db) == before
+
+
+async def test_a_flow_whose_owners_cell_was_quarantined_is_still_counted_right(
+    db: Database, registry: Registry
+) -> None:
+    """Poison: ``flowyard check --quarantine`` may replace a flow's ``owners`` JSON with a JSON
+    string. The counts follow ``flow_owners`` (the visibility index), so every move of that
+    flow and its deletion keep them true, and the good flows beside it are unaffected."""
+    async with db.write() as session:
+        good = flows.prepare_new_flow(
+            ADMIN, flow_body("good", owners=[{"type": "tenant", "id": T1}]), registry
+        )
+        bad = flows.prepare_new_flow(ADMIN, flow_body("bad", owners=[{"type": "tenant", "id": T1}]), registry)
+        await flows.insert_flows(session, [good, bad])
+    async with db.write() as session:
+        await session.execute(
+            sa.text("""UPDATE flows SET owners = '"[{broken"' WHERE id = :i"""), {"i": bad.id}
+        )
+
+    async def member_totals() -> tuple[int, int]:
+        async with db.read() as session:
+            assert await counts.drift(session) == {}
+            every = (await flows.list_flows(session, MEMBER, ListQuery()))[1]
+            active = (await flows.list_flows(session, MEMBER, ListQuery(filters={"status": "active"})))[1]
+            return every, active
+
+    assert await member_totals() == (2, 0)
+    with pytest.raises(Conflict, match="owners: must be an array"):  # such a flow cannot start
+        async with db.write() as session:
+            await flows.transition(
+                session,
+                ADMIN,
+                bad.id,
+                expected=FlowStatus.INACTIVE,
+                target=FlowStatus.STARTING,
+                registry=registry,
+            )
+    assert await member_totals() == (2, 0)
+    async with db.write() as session:  # but it may be in transit already: the moves still count it
+        assert await move(session, bad.id, FlowStatus.INACTIVE, FlowStatus.STARTING, at=good.created_at)
+    async with db.write() as session:
+        assert await move(session, bad.id, FlowStatus.STARTING, FlowStatus.ACTIVE, at=good.created_at)
+    assert await member_totals() == (2, 1)
+    async with db.write() as session:
+        await flows.transition(session, ADMIN, bad.id, expected=FlowStatus.ACTIVE, target=FlowStatus.STOPPING)
+    async with db.write() as session:
+        assert await move(session, bad.id, FlowStatus.STOPPING, FlowStatus.INACTIVE, at=good.created_at)
+    assert await member_totals() == (2, 0)
+    async with db.write() as session:
+        await flows.delete_flow(session, ADMIN, bad.id)
+    assert await member_totals() == (1, 0)

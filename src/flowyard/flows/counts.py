@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.db import dialect
-from flowyard.flows.models import FlowCount
+from flowyard.flows.models import FlowCount, FlowOwner
 
 if TYPE_CHECKING:
     from flowyard.iam.principal import Principal
@@ -44,18 +44,28 @@ Scope = tuple[str, str]
 
 
 class Shape:
-    """What a flow is counted by: its owner entries, status and type."""
+    """What a flow is counted by: its owner entries (``(type, id)``, as ``flow_owners`` holds
+    them: the visibility index, which the counts follow), status and type."""
 
     __slots__ = ("owners", "status", "type")
 
-    def __init__(self, owners: Iterable[Mapping[str, str]], status: str, type: str) -> None:
-        self.owners = tuple((o["type"], o["id"]) for o in owners)
+    def __init__(self, owners: Iterable[tuple[str, str]], status: str, type: str) -> None:
+        self.owners = tuple((str(t), str(i)) for t, i in owners)
         self.status = str(status)
         self.type = str(type)
 
     @classmethod
-    def of(cls, flow: Any) -> Shape:
-        return cls(flow.owners or (), flow.status, flow.type)
+    def new(cls, flow: Any) -> Shape:
+        """A flow about to be inserted: its validated owners, the entries ``flow_owners`` gets."""
+        return cls(((o["type"], o["id"]) for o in flow.owners), flow.status, flow.type)
+
+
+async def owner_entries(session: AsyncSession, flow_id: str) -> list[tuple[str, str]]:
+    """A stored flow's owner entries, from ``flow_owners`` (not the ``owners`` JSON, which a
+    quarantined cell may have replaced)."""
+    o = FlowOwner.__table__.c
+    rows = await session.execute(sa.select(o.owner_type, o.owner_id).where(o.flow_id == flow_id))
+    return [(t, i) for t, i in rows.all()]
 
 
 def scopes(owners: Iterable[tuple[str, str]]) -> set[Scope]:

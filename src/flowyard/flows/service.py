@@ -636,14 +636,28 @@ def _apply(flow: Flow, clean: dict[str, Any], seal: Sealer | None) -> None:
 
 async def _write_owners(
     session: AsyncSession, flow_id: str, owners: list[dict[str, str]], *, replace: bool
-) -> None:
+) -> list[tuple[str, str]]:
+    """Write the flow's ``flow_owners`` entries; with ``replace``, the ones they replace first
+    (returned: the counts move from them)."""
+    before: list[tuple[str, str]] = []
     if replace:
-        await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow_id))
+        before = await _delete_owners(session, flow_id)
     if owners:
         await session.execute(
             sa.insert(FlowOwner),
             [{"flow_id": flow_id, "owner_type": o["type"], "owner_id": o["id"]} for o in owners],
         )
+    return before
+
+
+async def _delete_owners(session: AsyncSession, flow_id: str) -> list[tuple[str, str]]:
+    deleted = await session.execute(
+        sa.delete(FlowOwner)
+        .where(FlowOwner.flow_id == flow_id)
+        .returning(FlowOwner.owner_type, FlowOwner.owner_id)
+        .execution_options(synchronize_session=False)
+    )
+    return [(t, i) for t, i in deleted.all()]
 
 
 def require_create(principal: Principal) -> None:
@@ -683,7 +697,7 @@ async def insert_flows(session: AsyncSession, flows: Sequence[Flow]) -> None:
     await session.flush()
     for flow in flows:
         await _write_owners(session, flow.id, flow.owners, replace=False)
-    await counts.shift(session, after=[counts.Shape.of(flow) for flow in flows])
+    await counts.shift(session, after=[counts.Shape.new(flow) for flow in flows])
     await history.record_first(session, flows)
 
 
@@ -766,11 +780,11 @@ async def update_flow(
         raise Conflict("The flow was changed by another request; read it again and retry.")
     if new_version != flow.history_version:
         await history.record(session, flow.id, new_version, after, author=principal.user_id, at=now)
-    await _write_owners(session, flow.id, clean["owners"], replace=True)
+    replaced = await _write_owners(session, flow.id, clean["owners"], replace=True)
     await counts.shift(
         session,
-        before=[counts.Shape.of(flow)],
-        after=[counts.Shape(clean["owners"], flow.status, clean["type"])],
+        before=[counts.Shape(replaced, flow.status, flow.type)],
+        after=[counts.Shape(((o["type"], o["id"]) for o in clean["owners"]), flow.status, clean["type"])],
     )
     await session.refresh(flow)
     return flow
@@ -849,7 +863,12 @@ async def _check_credentials_kept(session: AsyncSession, flow: Flow, clean: dict
 
 async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str) -> None:
     principal.require(perms.FLOWS_DELETE)
-    flow = await get_flow(session, principal, flow_id, for_update=True)
+    flow = await get_flow(session, principal, flow_id, for_update=True)  # locked: its status holds
+    if flow.status != FlowStatus.INACTIVE:
+        raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
+    # The owner entries before the row (which would take them along), and what they were: the
+    # counts move from them.
+    owners = await _delete_owners(session, flow.id)
     result = await session.execute(
         sa.delete(Flow)
         .where(Flow.id == flow.id, Flow.status == FlowStatus.INACTIVE)
@@ -857,8 +876,7 @@ async def delete_flow(session: AsyncSession, principal: Principal, flow_id: str)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(f"Flow is not inactive. Current status: {flow.status}")
-    await session.execute(sa.delete(FlowOwner).where(FlowOwner.flow_id == flow.id))
-    await counts.shift(session, before=[counts.Shape(flow.owners, FlowStatus.INACTIVE, flow.type)])
+    await counts.shift(session, before=[counts.Shape(owners, FlowStatus.INACTIVE, flow.type)])
     await history.forget(session, flow.id)
 
 

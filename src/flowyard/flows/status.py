@@ -80,18 +80,16 @@ async def move(
     values: dict[str, Any] = {"status": to, "status_changed_at": at, "status_message": message}
     if next_run_at is not _KEEP:
         values["next_run_at"] = next_run_at
-    moved = (
-        await session.execute(
-            sa.update(Flow)
-            .where(Flow.id == flow_id, Flow.status == frm)
-            .values(**values)
-            .returning(Flow.owners, Flow.type)
-            .execution_options(synchronize_session=False)
-        )
-    ).first()
-    if moved is None:
+    kind = await session.scalar(
+        sa.update(Flow)
+        .where(Flow.id == flow_id, Flow.status == frm)
+        .values(**values)
+        .returning(Flow.type)
+        .execution_options(synchronize_session=False)
+    )
+    if kind is None:
         return False
-    owners, kind = moved
+    owners = await counts.owner_entries(session, flow_id)
     await counts.shift(
         session, before=[counts.Shape(owners, frm, kind)], after=[counts.Shape(owners, to, kind)]
     )
