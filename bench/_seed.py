@@ -187,6 +187,15 @@ class Capture:
         self.statements: list[tuple[str, Any]] = []
         event.listen(db.engine.sync_engine, "before_cursor_execute", self._on)
         self.on = False
+        # Reads straight on the driver (db/fast.py) pass no SQLAlchemy event: recorded here.
+        driver_rows = db.driver_rows
+
+        async def recorded(sql: str, args: list[Any], *, inline: bool) -> list[Any]:
+            if self.on:
+                self.statements.append((sql, args))
+            return await driver_rows(sql, args, inline=inline)
+
+        db.driver_rows = recorded  # type: ignore[method-assign]
 
     def _on(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         if self.on and not statement.startswith(("BEGIN", "EXPLAIN", "PRAGMA")):

@@ -233,9 +233,9 @@ async def explain(args: argparse.Namespace, server: Server, people: People, flow
                     session: Any, lq: ListQuery | None = lq, principal: Principal = principal
                 ) -> None:
                     if lq is None:
-                        await flows.get_flow(session, principal, flow_id)
+                        await flows.read_flow(db, principal, flow_id)
                     else:
-                        await flows.list_flows(session, principal, lq)
+                        await flows.list_flows(db, principal, lq)
 
                 print(f"\n{label} as {who}:")
                 for sql, params in await cap.run(call):

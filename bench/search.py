@@ -48,7 +48,11 @@ async def _time(session: Any, principal: Principal, query: str, repeat: int) -> 
     total = 0
     for _ in range(repeat):
         started = time.perf_counter()
-        _page, total = await flows.list_flows(session, principal, ListQuery(search=query))
+        # The search's own statements, in the session given (on PostgreSQL, one whose dropped
+        # indexes only it sees).
+        _page, total = await flows._matched_list(
+            session, principal, ListQuery(search=query), None, None, None
+        )
         times.append((time.perf_counter() - started) * 1000)
     return times, total
 

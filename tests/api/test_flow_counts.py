@@ -78,7 +78,7 @@ async def _check(db: Database, where: str) -> None:
         rows = (await session.execute(sa.select(Flow.owners, Flow.status, Flow.type))).all()
         for principal in (MEMBER, TENANTLESS, ADMIN):
             for filters in FILTERS:
-                _page, total = await flows.list_flows(session, principal, ListQuery(filters=filters))
+                _page, total = await flows.list_flows(db, principal, ListQuery(filters=filters))
                 assert total == _rule(list(rows), principal, filters), (where, principal.username, filters)
         kept = Counter(
             {
@@ -206,8 +206,8 @@ async def test_a_flow_whose_owners_cell_was_quarantined_is_still_counted_right(
     async def member_totals() -> tuple[int, int]:
         async with db.read() as session:
             assert await counts.drift(session) == {}
-            every = (await flows.list_flows(session, MEMBER, ListQuery()))[1]
-            active = (await flows.list_flows(session, MEMBER, ListQuery(filters={"status": "active"})))[1]
+            every = (await flows.list_flows(db, MEMBER, ListQuery()))[1]
+            active = (await flows.list_flows(db, MEMBER, ListQuery(filters={"status": "active"})))[1]
             return every, active
 
     assert await member_totals() == (2, 0)

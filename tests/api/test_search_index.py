@@ -104,7 +104,7 @@ async def _check(
             )
         try:
             async with db.read() as session:
-                found, total = await flows.list_flows(session, ADMIN, ListQuery(search=query, size=1000))
+                found, total = await flows.list_flows(db, ADMIN, ListQuery(search=query, size=1000))
                 got = {f.id for f in found}
                 assert total == len(got)
                 assert got == await _like_ids(session, Flow, query)

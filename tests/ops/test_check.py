@@ -314,8 +314,7 @@ async def test_flow_counts_that_disagree_are_named_and_recounted(
         await session.execute(sa.text("UPDATE flows SET status = 'active' WHERE id = :i"), {"i": made[0].id})
 
     async def active_total() -> int:
-        async with db.read() as session:
-            return (await flows.list_flows(session, member, ListQuery(filters={"status": "active"})))[1]
+        return (await flows.list_flows(db, member, ListQuery(filters={"status": "active"})))[1]
 
     assert await active_total() == 0  # the hand edit is not counted
     report = await check(settings)

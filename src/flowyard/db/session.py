@@ -13,6 +13,7 @@ import contextvars
 import fcntl
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -88,12 +89,14 @@ class Database:
         # (up to 100 ms a time).
         self._file_lock: _FileLock | None = None
         self._direct: _Direct | None = None
+        self._inline: _InlineReader | None = None
         database = self.url.database
         if self.is_sqlite and database and database != ":memory:" and "mode=memory" not in str(self.url):
             private_sqlite_files(Path(database))
             self._file_lock = _FileLock(f"{database}-writelock")
             if direct:
                 self._direct = _Direct(self.url, kwargs)
+                self._inline = _InlineReader(database)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -169,6 +172,21 @@ class Database:
                 file_lock.release()
             lock.release()
 
+    async def driver_rows(self, sql: str, args: list[Any], *, inline: bool) -> list[Any]:
+        """SQLite: the rows of a read, straight from the driver (``fast.Fetch``). ``inline``: a
+        read of a few index lookups, run at once on the calling thread (``_InlineReader``)
+        where it can be (a file, and SQLite would not make it wait); otherwise, or for any
+        longer read, on a pooled connection's thread, in one hop."""
+        if inline and self._inline is not None:
+            rows = self._inline.rows(sql, args)
+            if rows is not None:
+                return rows
+        async with self.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            assert driver is not None
+            return list(await driver.execute_fetchall(sql, args))
+
     async def give_back_space(self, pages: int) -> int:
         """SQLite: hand up to ``pages`` free pages of the file back to the file system (the
         file shrinks at the next checkpoint); the number handed back. 0 on PostgreSQL, in
@@ -200,6 +218,8 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self._inline is not None:
+            self._inline.close()
         if self._direct is not None:
             await self._direct.dispose()
         if self._file_lock is not None:
@@ -370,6 +390,52 @@ class _Direct:
     async def dispose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self.engine.dispose)
         self._thread.shutdown(wait=False)
+
+
+class _InlineReader:
+    """Point reads of a SQLite file on the event loop's own thread: no thread hop at all.
+
+    A read through the pool hands the statement to the connection's thread and the answer
+    back (a queue put, a wake-up, a ``call_soon_threadsafe``): ~0.2 ms of CPU, where reading
+    one flow by its primary key costs SQLite ~8 µs (docs/performance.md, "Flow API"). For such
+    reads only (``fast.Fetch``: a few index lookups, never a scan), a connection of the
+    calling thread runs them at once. It is read-only (``query_only``), in autocommit: each
+    statement is its own read transaction, ended when its rows are fetched, so it never holds
+    a WAL snapshot back or keeps a checkpoint waiting. It never waits either (``busy_timeout``
+    0): where SQLite would make a reader wait (a WAL being recovered after a crash), the rows
+    are not read here and the caller reads through the pool, which may wait without holding
+    the loop. One connection per thread (``sqlite3`` connections belong to their thread)."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self._connections: dict[int, sqlite3.Connection] = {}
+        self._pid = os.getpid()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():  # a forked child never uses (nor closes) its parent's
+            self._connections, self._pid = {}, os.getpid()
+        key = threading.get_ident()
+        conn = self._connections.get(key)
+        if conn is None:
+            conn = sqlite3.connect(self.database, timeout=0, isolation_level=None)
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("PRAGMA cache_size=-8192")
+            self._connections[key] = conn
+        return conn
+
+    def rows(self, sql: str, args: list[Any]) -> list[Any] | None:
+        try:
+            return self._connection().execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None
+            raise
+
+    def close(self) -> None:
+        connections, self._connections = self._connections, {}
+        for conn in connections.values():
+            with contextlib.suppress(sqlite3.Error):  # another thread's: left to the collector
+                conn.close()
 
 
 class SessionBridge:

@@ -33,9 +33,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard.db import dialect
+from flowyard.db.fast import Fetch
 from flowyard.flows.models import FlowCount, FlowOwner
 
 if TYPE_CHECKING:
+    from flowyard.db.session import Database
     from flowyard.iam.principal import Principal
 
 ANY = ""
@@ -127,11 +129,11 @@ def _totals_statement(kind: str, by_status: bool, by_type: bool) -> sa.Select[in
         where.append(c.status == sa.bindparam("count_status", type_=sa.String))
     if by_type:
         where.append(c.type == sa.bindparam("count_type", type_=sa.String))
-    return sa.select(sum_of(signed), sum_of([(every, 1)])).where(*where)
+    return sa.select(sum_of(signed).label("seen"), sum_of([(every, 1)]).label("every")).where(*where)
 
 
 async def totals(
-    session: AsyncSession,
+    db: Database,
     principal: Principal | None,
     *,
     status: str | None = None,
@@ -153,9 +155,15 @@ async def totals(
         params["count_status"] = status
     if type is not None:
         params["count_type"] = type
-    statement = _totals_statement(kind, status is not None, type is not None)
-    row = (await session.execute(statement, params)).one()
-    return int(row[0] or 0), int(row[1] or 0)
+    row = (await _totals_read(kind, status is not None, type is not None).all(db, **params))[0]
+    return int(row.seen or 0), int(row.every or 0)
+
+
+@functools.cache
+def _totals_read(kind: str, by_status: bool, by_type: bool) -> Fetch:
+    """``_totals_statement`` as a point read (a few counter rows by primary key): on SQLite on
+    the calling thread, with no session."""
+    return Fetch(_totals_statement(kind, by_status, by_type))
 
 
 # Every counter row, counted from the flows and their owner entries (the rule of ``scopes``).

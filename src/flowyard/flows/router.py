@@ -154,8 +154,7 @@ async def list_flows(
     _search: Search = None,
 ) -> JSONOut:
     lq = parse_list_query(request, filters=service.FLOW_FILTERS, sorts=service.FLOW_SORTS, searchable=True)
-    async with db.read() as session:
-        flows, total = await service.list_flows(session, caller, lq)
+    flows, total = await service.list_flows(db, caller, lq)
     return page([service.to_dict(f) for f in flows], page=lq.page, per_page=lq.size, total=total)
 
 
