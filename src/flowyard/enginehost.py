@@ -11,7 +11,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from flowyard import metrics
+from flowyard import heap, metrics
 from flowyard.clock import utcnow
 from flowyard.components import builtins
 from flowyard.components.registry import Registry
@@ -186,6 +186,7 @@ async def run_standalone(settings: Settings) -> None:
         listener = await metrics.serve_metrics(settings.host, settings.metrics_port, token)
         log.info("metrics on http://%s:%d/metrics", settings.host, settings.metrics_port)
     await engine.start()
+    heap.settle()
     log.info("worker %s started", engine.worker.id)
     try:
         await stop.wait()

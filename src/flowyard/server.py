@@ -31,6 +31,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from flowyard import heap
 from flowyard.http_protocol import mark_draining
 
 log = logging.getLogger("flowyard.server")
@@ -51,6 +52,10 @@ class GracefulServer(uvicorn.Server):
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets=sockets)
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        heap.settle()  # the app and its engine have started: what they hold lives on
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:

@@ -329,6 +329,9 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     buf = mmap.mmap(slot_fd, 0)
     os.close(slot_fd)
+    from flowyard import heap
+
+    heap.settle()  # before any flow runs: what a flow makes is collected as usual
     uvloop.run(RunnerProcess(settings, registry, Slot(buf), out_fd).serve())
     os._exit(0)
 
