@@ -1,5 +1,5 @@
 """Flow API reads over a large catalogue: 100,000 flows in 10 tenants, served by
-`flowyard serve` on SQLite.
+`flowyard serve` on SQLite (or, with --database-url, on an empty PostgreSQL database).
 
 The flows are written straight into the (stopped) server's database through
 flows.service.prepare_new_flow (full validation; owners = a user and its tenant)
@@ -17,7 +17,11 @@ errors, server CPU per request, RSS, and EXPLAIN QUERY PLAN (plus the bare
 SQL time) of every statement each request sends.
 
     .venv/bin/python bench/api.py [--flows 100000] [--tenants 10] [--users 10] \
-        [--clients 16] [--seconds 10] [--search shopify] [--analyze] [--keep | --reuse DIR]
+        [--clients 16] [--seconds 10] [--search shopify] [--analyze] [--keep | --reuse DIR] \
+        [--database-url postgresql+asyncpg://postgres@127.0.0.1/db [--reuse-db]]
+
+On PostgreSQL the database must exist and be empty (the server migrates it), or hold what an
+earlier run loaded (``--reuse-db``); the query plans are printed on SQLite only.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ from urllib.parse import quote
 
 import httpx
 import orjson
+import psutil
 import sqlalchemy as sa
 from _common import Server, get_request, run_load, summary
 from _seed import Capture, People, create_people, database, load_flows, one_line, reload_people
 
 from flowyard.api.listing import ListQuery
+from flowyard.db.session import Database
 from flowyard.flows import service as flows
 from flowyard.flows.models import Flow
 from flowyard.iam.principal import Principal
@@ -174,8 +180,21 @@ def queries(search: str) -> list[tuple[str, str, ListQuery | None]]:
     ]
 
 
+def postgres_cpu() -> float:
+    """CPU seconds (user + system) of this machine's PostgreSQL processes so far."""
+    total = 0.0
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        if p.info["name"] == "postgres" and p.info["cpu_times"] is not None:
+            total += p.info["cpu_times"].user + p.info["cpu_times"].system
+    return total
+
+
+def open_db(args: argparse.Namespace, server: Server) -> Database:
+    return Database(args.database_url) if args.database_url else database(server.data_dir)
+
+
 async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[str]]:
-    db = database(server.data_dir)
+    db = open_db(args, server)
     try:
         started = time.perf_counter()
         people = await create_people(db, args.tenants, args.users)
@@ -185,25 +204,27 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[s
 
         rows = await load_flows(db, people, args.flows, flow_body, status_for=status_for, progress=progress)
         print()
-        if args.analyze:
+        if args.analyze or args.database_url:  # PostgreSQL: autovacuum would, minutes later
             async with db.engine.connect() as conn:
                 await conn.exec_driver_sql("ANALYZE")
+                await conn.commit()
         member_tenant = people.tenants[0]
         visible = [r["id"] for r in rows if r["tenant"] == member_tenant]
         statuses = {s: sum(r["status"] == s for r in rows) for s in ("active", "inactive")}
         print(
             f"loaded {len(rows)} flows for {len(people.tenants)} tenants x {args.users} users in "
             f"{time.perf_counter() - started:.0f} s (prepare_new_flow + executemany INSERT, 10k per commit); "
-            f"{statuses}; member sees {len(visible)}; ANALYZE {'run' if args.analyze else 'not run (as in production)'}"
+            f"{statuses}; member sees {len(visible)}; ANALYZE {'run' if args.analyze or args.database_url else 'not run (as in production)'}"
         )
         return people, visible
     finally:
         await db.dispose()
 
 
-async def reload(server: Server) -> tuple[People, list[str]]:
-    """People and the member's flows of a data directory an earlier run kept (``--keep``)."""
-    db = database(server.data_dir)
+async def reload(server: Server, db: Database | None = None) -> tuple[People, list[str]]:
+    """People and the member's flows of a data directory an earlier run kept (``--keep``), or
+    of the database given."""
+    db = db or database(server.data_dir)
     try:
         people = await reload_people(db)
         async with db.read() as session:
@@ -272,9 +293,22 @@ def main() -> None:
         help="Serve a data directory an earlier run kept (--keep) instead of loading a new one "
         "(loading 100,000 flows takes minutes; before/after runs then read the same rows). Kept.",
     )
+    parser.add_argument("--database-url", help="An empty PostgreSQL database to serve from.")
+    parser.add_argument(
+        "--reuse-db", action="store_true", help="The --database-url holds what an earlier run loaded."
+    )
     args = parser.parse_args()
 
-    if args.reuse:
+    if args.database_url:
+        args.no_explain = True
+        server = Server(env_extra={"FLOWYARD_DATABASE_URL": args.database_url})
+        server.start()  # migrates and creates the admin
+        server.stop()
+        if args.reuse_db:
+            people, visible = asyncio.run(reload(server, Database(args.database_url)))
+        else:
+            people, visible = asyncio.run(load(args, server))
+    elif args.reuse:
         server = Server(data_dir=Path(args.reuse))
         args.keep = True
         server.start()  # migrates a directory kept by an earlier version to the head
@@ -293,7 +327,8 @@ def main() -> None:
     try:
         callers = {"member": server.login(*people.member(0)), "admin": server.login()}
         print(
-            f"\n== {args.clients} clients x {args.seconds:.0f} s each, SQLite, engine on; "
+            f"\n== {args.clients} clients x {args.seconds:.0f} s each, "
+            f"{'PostgreSQL' if args.database_url else 'SQLite'}, engine on; "
             f"server RSS {server.rss() / 2**20:.0f} MiB after start =="
         )
         for label, path, _lq in queries(args.search):
@@ -307,13 +342,15 @@ def main() -> None:
                 meta = orjson.loads(probe.content).get("meta", {})
                 selected = f", selects {meta['total']}" if "total" in meta else ""
                 run_load(server.port, make, clients=args.clients, seconds=1)  # warm-up
-                cpu = server.cpu()
+                cpu, pg = server.cpu(), postgres_cpu()
                 res = run_load(server.port, make, clients=args.clients, seconds=args.seconds)
-                cpu = server.cpu() - cpu
+                cpu, pg = server.cpu() - cpu, postgres_cpu() - pg
+                per = 1000 / max(res.ok, 1)
                 print(
                     f"{label} [{who}{selected}]: {res.rate:.0f} req/s, {summary(res.latencies)}; "
-                    f"errors {res.errors or 'none'}; CPU {cpu / max(res.ok, 1) * 1000:.2f} ms/req; "
-                    f"RSS {server.rss() / 2**20:.0f} MiB"
+                    f"errors {res.errors or 'none'}; CPU {cpu * per:.2f} ms/req"
+                    + (f" + PostgreSQL {pg * per:.2f} ms/req" if args.database_url else "")
+                    + f"; RSS {server.rss() / 2**20:.0f} MiB"
                 )
         print(f"server peak RSS {server.peak_rss / 2**20:.0f} MiB")
     finally:

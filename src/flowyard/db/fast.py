@@ -69,6 +69,10 @@ class Fetch:
             prepared = self._sqlite.args(params)
         if prepared is None:  # PostgreSQL (or an empty IN list): a Core connection
             async with db.engine.connect() as conn:
+                if not db.is_sqlite:
+                    # One statement needs no transaction of its own: no BEGIN and ROLLBACK
+                    # round trips around it (asyncpg starts none in autocommit).
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
                 try:
                     result = await conn.execute(self.statement, dict(params))
                 except DBAPIError as exc:
