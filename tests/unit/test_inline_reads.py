@@ -129,3 +129,42 @@ async def test_rows_are_the_orms(db: Database, registry: Registry) -> None:
     finally:
         flows.INLINE_PAGE_ROWS = saved
     assert [flows.to_dict(f) for f in page] == expected[9:18]
+
+
+async def test_a_postgresql_read_outlives_a_closed_connection(postgres_url: str, registry: Registry) -> None:
+    """PostgreSQL: ``Fetch`` reads through ``Database.reader`` (autocommit, no ping at checkout).
+    When the server has closed the pooled connections (a restart, a failover, an idle timeout),
+    the next read meets the closed one and runs once more on a new one: the caller gets its
+    rows, not an error. Its statements run outside any transaction."""
+    db = Database(postgres_url)
+    admin = Principal("a" * 24, "admin@example.com", None, frozenset({"all"}), "")
+    made = flows.prepare_new_flow(admin, flow_body("outlives"), registry)
+    async with db.write() as session:
+        await flows.insert_flows(session, [made])
+    try:
+        assert (await flows.read_flow(db, admin, made.id))["name"] == "outlives"
+        async with db.reader.connect() as conn:
+            pid = (await conn.execute(sa.text("SELECT pg_backend_pid()"))).scalar()
+            async with db.engine.connect() as other:
+                activity = sa.text("SELECT state FROM pg_stat_activity WHERE pid = :p")
+                state = (await other.execute(activity, {"p": pid})).scalar()
+        assert state == "idle"  # autocommit: not "idle in transaction" between its statements
+        async with db.engine.connect() as other:
+            killed = (
+                await other.execute(
+                    sa.text(
+                        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE pid = :pid) AS t"
+                    ),
+                    {"pid": pid},
+                )
+            ).scalar()
+        assert killed == 1
+        # The pooled connection is dead; the read notices and goes again on a new one.
+        assert (await flows.read_flow(db, admin, made.id))["name"] == "outlives"
+        async with db.reader.connect() as conn:
+            assert (await conn.execute(sa.text("SELECT pg_backend_pid()"))).scalar() != pid
+    finally:
+        async with db.write() as session:
+            await session.execute(sa.delete(Flow).where(Flow.id == made.id))
+        await db.dispose()
