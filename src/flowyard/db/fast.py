@@ -9,8 +9,7 @@ point read (a flow by id, a token, the flow counts) on the calling thread, with 
 a longer read in one hop. The values are converted by the columns' own SQLAlchemy types (JSON,
 ``UTCDateTime``), so a row reads the same as it would through the ORM (docs/performance.md,
 "Flow API"). On PostgreSQL (asyncpg, no thread hops) the statement runs through a Core
-connection of ``Database.reader`` (autocommit, no ping at checkout; a closed connection is met
-by the read, which runs once more), with SQLAlchemy's compiled cache.
+connection, with SQLAlchemy's compiled cache.
 
 Only for reads that need no transaction beyond one statement; writes go through
 ``Database.write()``."""
@@ -69,15 +68,16 @@ class Fetch:
                 self._sqlite = SQLiteForm(self.statement, db.engine.dialect, None)
             prepared = self._sqlite.args(params)
         if prepared is None:  # PostgreSQL (or an empty IN list): a Core connection
-            try:
-                return await self._core(db, params)
-            except DBAPIError as exc:
-                if not exc.connection_invalidated:
+            async with db.engine.connect() as conn:
+                if not db.is_sqlite:
+                    # One statement needs no transaction of its own: no BEGIN and ROLLBACK
+                    # round trips around it (asyncpg starts none in autocommit).
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                try:
+                    result = await conn.execute(self.statement, dict(params))
+                except DBAPIError as exc:
                     raise map_db_error(exc) from exc
-            try:  # a pooled connection the server had closed: once more, on a new one
-                return await self._core(db, params)
-            except DBAPIError as exc:
-                raise map_db_error(exc) from exc
+                return [Row(dict(zip(self.names, r, strict=True))) for r in result]
         sql, args = prepared
         try:
             rows = await db.driver_rows(sql, args, inline=inline)
@@ -88,11 +88,6 @@ class Fetch:
         assert self._sqlite is not None
         names = self.names
         return [Row(dict(zip(names, row, strict=True))) for row in self._sqlite.rows(rows)]
-
-    async def _core(self, db: Database, params: Mapping[str, Any]) -> list[Row]:
-        async with db.reader.connect() as conn:
-            result = await conn.execute(self.statement, dict(params))
-            return [Row(dict(zip(self.names, r, strict=True))) for r in result]
 
     async def first(self, db: Database, **params: Any) -> Row | None:
         rows = await self.all(db, **params)

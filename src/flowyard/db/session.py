@@ -71,25 +71,8 @@ class Database:
             if self.pgbouncer:
                 kwargs["connect_args"] = dict(PGBOUNCER_CONNECT_ARGS)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
-        # PostgreSQL: the engine of single-statement reads (``fast.Fetch``): autocommit (no
-        # BEGIN and ROLLBACK around one SELECT) and no ping at each checkout (asyncpg's is three
-        # round trips). A connection the server has closed is met by the read itself, which
-        # runs once more on a fresh one (reads repeat safely). Its pool is the engine's size: a
-        # smaller one closes and reopens overflow connections under load, a backend started
-        # for each. A member's GET /flows at 100,000 flows, 16 clients: 722 -> 1,036 req/s.
-        # SQLite reads straight on the driver (``driver_rows``).
-        self.reader: AsyncEngine = self.engine
         if self.is_sqlite:
             _configure_sqlite(self.engine.sync_engine)
-        else:
-            self.reader = create_async_engine(
-                self.url,
-                **{
-                    **kwargs,
-                    "pool_pre_ping": False,
-                    "isolation_level": "AUTOCOMMIT",
-                },
-            )
         self._writer = self.engine.execution_options(flowyard_immediate=True)
         self._relaxed_writer = self.engine.execution_options(flowyard_immediate=True, flowyard_relaxed=True)
         self._read_sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
@@ -235,8 +218,6 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
-        if self.reader is not self.engine:
-            await self.reader.dispose()
         if self._inline is not None:
             self._inline.close()
         if self._direct is not None:
