@@ -345,7 +345,7 @@ async def _counted_list(
     if total == 0 or lq.offset >= total:
         return [], total
     member = not principal.is_admin
-    per_row = False
+    per_row = by_set = False
     if member and (lq.sort or status or kind):
         # A member's page in the sort's index order: each row read checked for visibility
         # by primary key while few rows are read before the page is full, else against the
@@ -353,6 +353,7 @@ async def _counted_list(
         # the visible flows' density costs ~(offset + size) * all / visible probes, the set
         # ~visible entries (a member of a large tenant: probes; of a small one: the set).
         per_row = (lq.offset + lq.size) * everyone < total * total
+        by_set = not per_row
     params: dict[str, Any] = {
         "page_limit": lq.size,
         "page_offset": lq.offset,
@@ -373,7 +374,10 @@ async def _counted_list(
         per_row=per_row,
         bounded_ranges=not db.is_sqlite,
     )
-    return await page.rows(db, params, inline=lq.offset + lq.size <= INLINE_PAGE_ROWS), total
+    # On the loop's thread only when the statement reads about offset + size index entries; the
+    # set of a member's flows (up to ~10,000 entries) is built on a pooled connection's thread.
+    inline = lq.offset + lq.size <= INLINE_PAGE_ROWS and not by_set
+    return await page.rows(db, params, inline=inline), total
 
 
 # How deep a counted list's page may start and still be read on the event loop's thread: the
