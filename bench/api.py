@@ -204,7 +204,8 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[s
 
         rows = await load_flows(db, people, args.flows, flow_body, status_for=status_for, progress=progress)
         print()
-        if args.analyze or args.database_url:  # PostgreSQL: autovacuum would, minutes later
+        analyze = args.analyze or bool(args.database_url)  # PostgreSQL: autovacuum would, later
+        if analyze:
             async with db.engine.connect() as conn:
                 await conn.exec_driver_sql("ANALYZE")
                 await conn.commit()
@@ -214,17 +215,15 @@ async def load(args: argparse.Namespace, server: Server) -> tuple[People, list[s
         print(
             f"loaded {len(rows)} flows for {len(people.tenants)} tenants x {args.users} users in "
             f"{time.perf_counter() - started:.0f} s (prepare_new_flow + executemany INSERT, 10k per commit); "
-            f"{statuses}; member sees {len(visible)}; ANALYZE {'run' if args.analyze or args.database_url else 'not run (as in production)'}"
+            f"{statuses}; member sees {len(visible)}; ANALYZE {'run' if analyze else 'not run (as in production)'}"
         )
         return people, visible
     finally:
         await db.dispose()
 
 
-async def reload(server: Server, db: Database | None = None) -> tuple[People, list[str]]:
-    """People and the member's flows of a data directory an earlier run kept (``--keep``), or
-    of the database given."""
-    db = db or database(server.data_dir)
+async def reload(db: Database) -> tuple[People, list[str]]:
+    """People and the member's flows of a database an earlier run loaded (``--keep``, ``--reuse-db``)."""
     try:
         people = await reload_people(db)
         async with db.read() as session:
@@ -305,7 +304,7 @@ def main() -> None:
         server.start()  # migrates and creates the admin
         server.stop()
         if args.reuse_db:
-            people, visible = asyncio.run(reload(server, Database(args.database_url)))
+            people, visible = asyncio.run(reload(open_db(args, server)))
         else:
             people, visible = asyncio.run(load(args, server))
     elif args.reuse:
@@ -313,7 +312,7 @@ def main() -> None:
         args.keep = True
         server.start()  # migrates a directory kept by an earlier version to the head
         server.stop()
-        people, visible = asyncio.run(reload(server))
+        people, visible = asyncio.run(reload(open_db(args, server)))
     else:
         server = Server()
         server.start()  # migrates and creates the admin

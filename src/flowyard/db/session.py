@@ -419,7 +419,7 @@ class _InlineReader:
         if conn is None:
             conn = sqlite3.connect(self.database, timeout=0, isolation_level=None)
             conn.execute("PRAGMA query_only=ON")
-            conn.execute("PRAGMA cache_size=-8192")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self._connections[key] = conn
         return conn
 
@@ -523,6 +523,11 @@ def _step_to_end(awaitable: Awaitable[T]) -> T:
     raise RuntimeError(why)
 
 
+# SQLite's page cache per connection, in KiB, for the pool's connections and each thread's
+# inline reader alike.
+CACHE_KIB = 8192
+
+
 def _configure_sqlite(engine: sa.Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -538,7 +543,7 @@ def _configure_sqlite(engine: sa.Engine) -> None:
         cur.execute("PRAGMA busy_timeout=30000")
         # 8 MiB of page cache per connection (a pool keeps up to 40): memory stays
         # bounded as the database grows; the OS file cache does the rest.
-        cur.execute("PRAGMA cache_size=-8192")
+        cur.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.close()
 
