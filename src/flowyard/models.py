@@ -18,10 +18,11 @@ from flowyard.templates import models as _templates  # noqa: F401
 
 metadata = Base.metadata
 
-# Search indexes that SQLAlchemy's metadata cannot describe (migration 0008): the FTS5 tables
-# on SQLite (each with its shadow tables ``<name>_data``, ``_idx``, ``_content``, ``_docsize``,
-# ``_config``, and its triggers) and the ``pg_trgm`` GIN indexes on PostgreSQL. Alembic's
-# comparison with the models leaves them out; nothing else may create or drop them.
+# Search indexes that SQLAlchemy's metadata cannot describe (migrations 0008 and 0023): the FTS5
+# tables on SQLite (each with its shadow tables ``<name>_data``, ``_idx``, ``_content``,
+# ``_docsize``, ``_config``, its key table ``<name>_keys`` and its triggers) and the ``pg_trgm``
+# GIN indexes on PostgreSQL. Alembic's comparison with the models leaves them out; nothing else
+# may create or drop them.
 SEARCH_TABLES = ("flows_search", "templates_search")
 SEARCH_INDEXES = frozenset(
     {

@@ -78,7 +78,7 @@ async def _check(db: Database, where: str) -> None:
         rows = (await session.execute(sa.select(Flow.owners, Flow.status, Flow.type))).all()
         for principal in (MEMBER, TENANTLESS, ADMIN):
             for filters in FILTERS:
-                _page, total = await flows.list_flows(db, principal, ListQuery(filters=filters))
+                _page, total, _exact = await flows.list_flows(db, principal, ListQuery(filters=filters))
                 assert total == _rule(list(rows), principal, filters), (where, principal.username, filters)
         kept = Counter(
             {

@@ -671,7 +671,7 @@ async def test_list_paging(client: httpx.AsyncClient, world: World) -> None:
     )
     all_ids = sorted(f["id"] for f in r.json()["data"])
     r = await client.get("/flows", headers=world.alice.headers)
-    assert r.json()["meta"] == {"page": 1, "perPage": 10, "total": 23, "totalPages": 3}
+    assert r.json()["meta"] == {"page": 1, "perPage": 10, "total": 23, "totalPages": 3, "totalExact": True}
     assert [f["id"] for f in r.json()["data"]] == all_ids[:10]
     for size, number in [(5, 1), (5, 5), (7, 4), (23, 1), (1000, 1), (1, 23), (10, 3)]:
         r = await client.get(f"/flows?page[size]={size}&page[number]={number}", headers=world.alice.headers)
@@ -682,10 +682,14 @@ async def test_list_paging(client: httpx.AsyncClient, world: World) -> None:
             "perPage": size,
             "total": 23,
             "totalPages": math.ceil(23 / size),
+            "totalExact": True,
         }
     r = await client.get("/flows?page[number]=4", headers=world.alice.headers)
     assert r.status_code == 200
-    assert r.json() == {"data": [], "meta": {"page": 4, "perPage": 10, "total": 23, "totalPages": 3}}
+    assert r.json() == {
+        "data": [],
+        "meta": {"page": 4, "perPage": 10, "total": 23, "totalPages": 3, "totalExact": True},
+    }
     r = await client.get("/flows?page[number]=1000000000", headers=world.alice.headers)
     assert r.status_code == 200
     assert r.json()["data"] == []
@@ -693,7 +697,10 @@ async def test_list_paging(client: httpx.AsyncClient, world: World) -> None:
 
 async def test_list_empty(client: httpx.AsyncClient, world: World) -> None:
     r = await client.get("/flows", headers=world.alice.headers)
-    assert r.json() == {"data": [], "meta": {"page": 1, "perPage": 10, "total": 0, "totalPages": 0}}
+    assert r.json() == {
+        "data": [],
+        "meta": {"page": 1, "perPage": 10, "total": 0, "totalPages": 0, "totalExact": True},
+    }
 
 
 @pytest.mark.parametrize(
@@ -844,7 +851,7 @@ async def test_list_search(client: httpx.AsyncClient, world: World) -> None:
     assert await found("BORING") == ["other"]
     assert await found("zzz") == []
     r = await client.get("/flows", params={"search": "ü", "page[size]": 1}, headers=world.alice.headers)
-    assert r.json()["meta"] == {"page": 1, "perPage": 1, "total": 2, "totalPages": 2}
+    assert r.json()["meta"] == {"page": 1, "perPage": 1, "total": 2, "totalPages": 2, "totalExact": True}
     r = await client.get("/flows", params={"search": "über"}, headers=world.bob.headers)
     assert r.json()["meta"]["total"] == 0
 

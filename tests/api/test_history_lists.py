@@ -1,6 +1,6 @@
 """Issue 19: the lists over the history (``GET /executions``, ``GET /flows/{id}/executions``,
 ``GET /logs``) answer a page from an index in the order it is sorted, and ``meta.total`` is an
-exact count up to a bound (docs/api.md "Totals of the history lists"), on SQLite and
+exact count up to a bound (docs/api.md "Totals of the lists"), on SQLite and
 PostgreSQL.
 
 - The plans: every statement such a list sends is explained; none may scan the executions or

@@ -104,7 +104,8 @@ async def _check(
             )
         try:
             async with db.read() as session:
-                found, total = await flows.list_flows(db, ADMIN, ListQuery(search=query, size=1000))
+                found, total, exact = await flows.list_flows(db, ADMIN, ListQuery(search=query, size=1000))
+                assert exact
                 got = {f.id for f in found}
                 assert total == len(got)
                 assert got == await _like_ids(session, Flow, query)

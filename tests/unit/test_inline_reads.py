@@ -118,14 +118,14 @@ async def test_rows_are_the_orms(db: Database, registry: Registry) -> None:
     assert await flows._READ_ONE.first(db, flow_id="0" * 24) is None
     seen: list[dict[str, object]] = []
     for number in range(1, 5):
-        page, total = await flows.list_flows(db, admin, ListQuery(page=number, size=9))
+        page, total, _exact = await flows.list_flows(db, admin, ListQuery(page=number, size=9))
         assert total == 30
         seen += [flows.to_dict(f) for f in page]
     assert seen == expected
     saved = flows.INLINE_PAGE_ROWS
     flows.INLINE_PAGE_ROWS = 0  # every page through the pool
     try:
-        page, _ = await flows.list_flows(db, admin, ListQuery(page=2, size=9))
+        page, _, _ = await flows.list_flows(db, admin, ListQuery(page=2, size=9))
     finally:
         flows.INLINE_PAGE_ROWS = saved
     assert [flows.to_dict(f) for f in page] == expected[9:18]

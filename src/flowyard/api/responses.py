@@ -41,8 +41,9 @@ class Page(BaseModel, Generic[T]):
 
 class HistoryPageMeta(PageMeta):
     total: int = Field(
-        description="How many match, counted up to 1,000 past the start of the page (docs/api.md "
-        '"Totals of the history lists"): exact when `totalExact` is true, else a lower bound.'
+        description="How many match; in the history lists and the flow lists with `search` or "
+        "`filter[user]`, counted up to 1,000 past the start of the page (docs/api.md "
+        '"Totals of the lists"): exact when `totalExact` is true, else a lower bound.'
     )
     totalExact: bool = Field(
         description="false: more than `total` match (the count stopped at its bound); "
@@ -51,7 +52,8 @@ class HistoryPageMeta(PageMeta):
 
 
 class HistoryPage(BaseModel, Generic[T]):
-    """A page of a list over the history (executions, logs): its total is bounded."""
+    """A page of a list whose total may be bounded: the history (executions, logs) and the
+    flows (with ``search`` or ``filter[user]``; the other flow lists are always exact)."""
 
     data: list[T]
     meta: HistoryPageMeta
@@ -59,7 +61,7 @@ class HistoryPage(BaseModel, Generic[T]):
     @classmethod
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
         # The schema keeps the name it had as Page[X] (PageExecutionOut, PageLogEntryOut in
-        # generated clients); only its meta gained ``totalExact``.
+        # generated clients, and PageFlow); only its meta gained ``totalExact``.
         return f"Page[{getattr(params[0], '__name__', params[0])}]"
 
 

@@ -12,9 +12,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from flowyard.db.base import Base, Id, Json, Timestamped, UTCDateTime
 from flowyard.ids import new_id
 
-# The FTS5 table (SQLite) holding ``(id, name_lc, description_lc)`` of every flow for
-# ``search``; written only by the triggers of migration 0008 (any write to ``flows`` keeps it in
-# step), read by ``api.listing.search_clause``. Not in the metadata: see ``flowyard.models``.
+# The FTS5 table (SQLite) holding ``(name_lc, description_lc)`` of every flow for ``search``,
+# its rowid the flow's search key (``<name>_keys``: id's second x 2^31 + rank, so key order is
+# id order second by second); written only by the triggers of migration 0023 (any write to
+# ``flows`` keeps both in step), read by ``api.listing``. Not in the metadata: see
+# ``flowyard.models``.
 SEARCH_TABLE = "flows_search"
 
 

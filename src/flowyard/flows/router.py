@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from flowyard.api.deps import DB, is_json_content_type, json_body_doc, read_json
 from flowyard.api.docs import errors
 from flowyard.api.listing import PageNumber, PageSize, Search, parse_list_query
-from flowyard.api.responses import JSONOut, Page, Single, page, single
+from flowyard.api.responses import HistoryPage, JSONOut, Page, Single, history_page, page, single
 from flowyard.errors import FlowyardError, InvalidInput, UnsupportedMediaType, error_body
 from flowyard.flows import service
 from flowyard.flows.schemas import Flow, FlowDocument, FlowStatusChange, FlowVersion, FlowVersionSummary
@@ -113,7 +113,7 @@ async def export_flow(id: FlowId, db: DB, caller: Caller) -> JSONOut:
 
 @router.get(
     "/flows",
-    response_model=Page[Flow],
+    response_model=HistoryPage[Flow],
     responses=errors(400, 401, 403),
     summary="List flows",
 )
@@ -154,8 +154,9 @@ async def list_flows(
     _search: Search = None,
 ) -> JSONOut:
     lq = parse_list_query(request, filters=service.FLOW_FILTERS, sorts=service.FLOW_SORTS, searchable=True)
-    flows, total = await service.list_flows(db, caller, lq)
-    return page([service.to_dict(f) for f in flows], page=lq.page, per_page=lq.size, total=total)
+    listed = await service.list_flows(db, caller, lq)
+    flows = [service.to_dict(f) for f in listed.rows]
+    return history_page(flows, page=lq.page, per_page=lq.size, total=listed.total, exact=listed.exact)
 
 
 @router.get(

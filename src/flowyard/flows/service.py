@@ -10,14 +10,24 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import ids
-from flowyard.api.listing import ListQuery, Sortable, order_by, search_clause, search_ids
+from flowyard.api.listing import (
+    ListQuery,
+    Sortable,
+    bounded_count,
+    bounded_rows,
+    keyed_search,
+    keyed_search_page,
+    keyed_search_params,
+    order_by,
+    search_clause,
+)
 from flowyard.clock import isoformat, utcnow
 from flowyard.components.builtins import flow_refusal
 from flowyard.components.cron import next_after
@@ -252,13 +262,55 @@ _SORT_COLUMNS: dict[str, Sortable] = {
 }
 
 
-async def list_flows(db: Database, principal: Principal, lq: ListQuery) -> tuple[Sequence[Flow | Row], int]:
+class Listed(NamedTuple):
+    """A page of flows, how many the list selects, and whether that total is exact (lists with
+    ``search`` or ``filter[user]`` count up to ``listing.TOTAL_BOUND`` past the page's start;
+    the others read counts kept with the flows, always exact)."""
+
+    rows: Sequence[Flow | Row]
+    total: int
+    exact: bool
+
+
+async def list_flows(db: Database, principal: Principal, lq: ListQuery) -> Listed:
     principal.require(perms.FLOWS_READ)
     status, kind, user = _flow_filters(lq.filters)
     if not lq.search and user is None:
-        return await _counted_list(db, principal, lq, status, kind)
+        rows, total = await _counted_list(db, principal, lq, status, kind)
+        return Listed(rows, total, True)
+    dialect = "sqlite" if db.is_sqlite else "postgresql"
+    if lq.search and keyed_search(dialect, lq.search) and not (lq.sort or status or kind or user):
+        return await _searched_list(db, principal, lq)
     async with db.read() as session:
         return await _matched_list(session, principal, lq, status, kind, user)
+
+
+async def _searched_list(db: Database, principal: Principal, lq: ListQuery) -> Listed:
+    """A plain search on SQLite: the search index's keys walked in id order, each checked
+    against the set of the caller's flows (built once), stopping at the bound; the page's
+    rows and the count read in one statement (``listing.keyed_search_page``)."""
+    assert lq.search
+    member = not principal.is_admin
+    params = keyed_search_params(lq.search, offset=lq.offset, size=lq.size)
+    if member:
+        params.update(_viewer_params(principal))
+    page, counted = _searched_page(member=member, tenant="vis_tenant" in params)
+    # Off the loop's thread: the walk reads up to ~1,000 index entries (~2 ms).
+    rows = await page.rows(db, params, inline=False)
+    read = rows[0].matched if rows else (await counted.rows(db, params, inline=False))[0].matched
+    return Listed(rows, *bounded_count(read, offset=lq.offset, size=lq.size))
+
+
+@functools.cache
+def _searched_page(*, member: bool, tenant: bool) -> tuple[Fetch, Fetch]:
+    """``_searched_list``'s statements for one shape of caller: the page's rows (each with how
+    many matches were read), and that count alone for an empty page."""
+    viewer = _BoundViewer(tenant=tenant) if member else None
+    where_id = functools.partial(owned_set_clause, viewer) if viewer is not None else None
+    page_ids, count = keyed_search_page(SEARCH_TABLE, where_id)
+    flows = Flow.__table__
+    rows = sa.select(*_SHOWN, count.label("matched")).where(flows.c.id.in_(page_ids)).order_by(flows.c.id)
+    return Fetch(rows), Fetch(sa.select(count.label("matched")))
 
 
 async def _matched_list(
@@ -268,11 +320,27 @@ async def _matched_list(
     status: FlowStatus | None,
     kind: str | None,
     user: str | None,
-) -> tuple[Sequence[Flow], int]:
-    # A search or filter[user]: counted in the statement that picks the page (a window count
-    # over what matches, so a search is looked up once).
-    visible = visible_clause(principal)
-    where: list[sa.ColumnElement[bool]] = [visible]
+) -> Listed:
+    """A search or ``filter[user]`` (any filter, sort or database): what matches is selected
+    in the list's order up to ``bounded_rows``, which gives the page and its bounded total at
+    once (docs/api.md "Totals of the lists"): its cost stops growing with what matches."""
+    page, total, exact = await _matched_ids(session, principal, lq, status, kind, user)
+    if not page:
+        return Listed([], total, exact)
+    order = order_by(lq.sort, _SORT_COLUMNS, Flow.id)
+    query = sa.select(Flow).where(Flow.id.in_(page)).order_by(*order)
+    return Listed((await session.scalars(query)).all(), total, exact)
+
+
+async def _matched_ids(
+    session: AsyncSession,
+    principal: Principal,
+    lq: ListQuery,
+    status: FlowStatus | None,
+    kind: str | None,
+    user: str | None,
+) -> tuple[list[str], int, bool]:
+    where: list[sa.ColumnElement[bool]] = [visible_clause(principal)]
     if status is not None:
         where.append(Flow.status == status)
     if kind is not None:
@@ -283,7 +351,6 @@ async def _matched_list(
                 sa.select(FlowOwner.flow_id).where(FlowOwner.owner_type == "user", FlowOwner.owner_id == user)
             )
         )
-    found = None
     if lq.search:
         # First: on SQLite the first `id IN (...)` drives the lookup, and a search is
         # usually narrower than visibility (no match: 0.1 ms instead of 15 ms for a member).
@@ -298,38 +365,30 @@ async def _matched_list(
                 fts_table=SEARCH_TABLE,
             ),
         )
-        ids = search_ids(dialect_name(session), lq.search, fts_table=SEARCH_TABLE)
-        found = ids.subquery("found") if ids is not None else None
-    order = order_by(lq.sort, _SORT_COLUMNS, Flow.id)
-    page_ids: sa.Select[Any]
-    if found is not None and len(where) == 2 and not principal.is_admin and not lq.sort:
-        # A member's plain search: the search index's ids in id order, each checked against
-        # the visibility index by primary key.
-        page_ids = sa.select(found.c.id).where(owned_clause(principal, found.c.id)).order_by(found.c.id)
-    else:
-        # Deferred join: pick the page's ids first, then read only those rows. Without
-        # it the database sorts whole rows (graph JSON included) of everything that
-        # matches before keeping a page: 35k active flows sorted by updatedAt took
-        # ~180 ms instead of ~80 ms on SQLite (bench/api.py). What matches is a materialized
-        # CTE, planned apart from the order and the window count: PostgreSQL otherwise walks
-        # the primary key in id order testing each row (a member's search at 100,000 flows:
-        # 92 ms against 15 ms, in process, the trigram index then used).
-        sort = _SORT_COLUMNS[lq.sort.lstrip("-")] if lq.sort else None
-        matching = (
-            sa.select(Flow.id, *([sort] if sort is not None else []))
-            .where(*where)
-            .cte("matching")
-            .prefix_with("MATERIALIZED")
-        )
-        by = {name: matching.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
-        page_ids = sa.select(matching.c.id).order_by(*order_by(lq.sort, by, matching.c.id))
-    matched = page_ids.add_columns(sa.func.count().over())
-    picked = (await session.execute(matched.limit(lq.size).offset(lq.offset))).all()
-    if not picked:  # nothing matches, or the page is past the end: how many there are
-        total = await session.scalar(sa.select(sa.func.count()).select_from(page_ids.subquery())) or 0
-        return [], total
-    query = sa.select(Flow).where(Flow.id.in_([row[0] for row in picked])).order_by(*order)
-    return (await session.scalars(query)).all(), picked[0][1]
+    # Deferred join: the page's ids first, then only those rows are read. Without it the
+    # database sorts whole rows (graph JSON included) of everything that matches before
+    # keeping a page: 35k active flows sorted by updatedAt took ~180 ms instead of ~80 ms on
+    # SQLite (bench/api.py). What matches is a materialized CTE, planned apart from the order:
+    # PostgreSQL otherwise walks the primary key in id order testing each row (a member's
+    # search at 100,000 flows: 92 ms against 15 ms, in process, the trigram index then used).
+    sort = _SORT_COLUMNS[lq.sort.lstrip("-")] if lq.sort else None
+    matching = (
+        sa.select(Flow.id, *([sort] if sort is not None else []))
+        .where(*where)
+        .cte("matching")
+        .prefix_with("MATERIALIZED")
+    )
+    by = {name: matching.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
+    # What matches, in the list's order, up to the bound; then the page and how many were read,
+    # in one statement that returns the page's rows only.
+    need = bounded_rows(lq.offset, lq.size)
+    read = matching.select().order_by(*order_by(lq.sort, by, matching.c.id)).limit(need).subquery("read")
+    again = {name: read.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
+    count = sa.func.count().over()
+    page = sa.select(read.c.id, count).order_by(*order_by(lq.sort, again, read.c.id))
+    rows = (await session.execute(page.limit(lq.size).offset(lq.offset))).all()
+    n = rows[0][1] if rows else await session.scalar(sa.select(sa.func.count()).select_from(read)) or 0
+    return [row[0] for row in rows], *bounded_count(n, offset=lq.offset, size=lq.size)
 
 
 async def _counted_list(

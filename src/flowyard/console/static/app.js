@@ -387,7 +387,7 @@ document.getElementById("signout").addEventListener("click", async () => {
 function pager(meta, onPage) {
   const page = meta.page || 1;
   const pages = meta.totalPages || 0;
-  // The history lists count up to a bound (docs/api.md "Totals of the history lists").
+  // The history lists, and flow searches, count up to a bound (docs/api.md "Totals of the lists").
   const more = meta.totalExact === false;
   const where = more ? `Page ${page} of ${pages}+ · over ${meta.total}` : `Page ${page} of ${pages} · ${meta.total} in all`;
   return h(

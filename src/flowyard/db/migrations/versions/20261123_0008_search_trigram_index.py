@@ -14,7 +14,8 @@ extension in place (other objects may use it).
 
 A later migration that rebuilds ``flows`` or ``templates`` on SQLite (``batch_alter_table``
 with a table copy) drops these triggers with the old table: it must recreate them
-(``create_sqlite(...)`` below) and rebuild the FTS content.
+(``create_sqlite(...)`` below) and rebuild the FTS content. Migration 0023 replaced this
+structure (search keys in id order): after it, recreate its triggers (``create_triggers``).
 
 Revision ID: 0008
 Revises: 0007
