@@ -68,16 +68,15 @@ class Fetch:
                 self._sqlite = SQLiteForm(self.statement, db.engine.dialect, None)
             prepared = self._sqlite.args(params)
         if prepared is None:  # PostgreSQL (or an empty IN list): a Core connection
-            async with db.engine.connect() as conn:
-                if not db.is_sqlite:
-                    # One statement needs no transaction of its own: no BEGIN and ROLLBACK
-                    # round trips around it (asyncpg starts none in autocommit).
-                    await conn.execution_options(isolation_level="AUTOCOMMIT")
-                try:
-                    result = await conn.execute(self.statement, dict(params))
-                except DBAPIError as exc:
+            try:
+                return await self._core(db, params)
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
                     raise map_db_error(exc) from exc
-                return [Row(dict(zip(self.names, r, strict=True))) for r in result]
+            try:  # a pooled connection the server had closed (session._ping_when_idle): again
+                return await self._core(db, params)
+            except DBAPIError as exc:
+                raise map_db_error(exc) from exc
         sql, args = prepared
         try:
             rows = await db.driver_rows(sql, args, inline=inline)
@@ -88,6 +87,15 @@ class Fetch:
         assert self._sqlite is not None
         names = self.names
         return [Row(dict(zip(names, row, strict=True))) for row in self._sqlite.rows(rows)]
+
+    async def _core(self, db: Database, params: Mapping[str, Any]) -> list[Row]:
+        async with db.engine.connect() as conn:
+            if not db.is_sqlite:
+                # One statement needs no transaction of its own: no BEGIN and ROLLBACK
+                # round trips around it (asyncpg starts none in autocommit).
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            result = await conn.execute(self.statement, dict(params))
+            return [Row(dict(zip(self.names, r, strict=True))) for r in result]
 
     async def first(self, db: Database, **params: Any) -> Row | None:
         rows = await self.all(db, **params)

@@ -33,6 +33,35 @@ from flowyard.jsonvalue import dumps_stored, loads_stored
 T = TypeVar("T")
 
 
+# PostgreSQL: a pooled connection that sat unused this long is pinged at its next checkout.
+PING_IDLE_SECONDS = 1.0
+
+
+def _ping_when_idle(engine: sa.Engine) -> None:
+    """Ping a PostgreSQL connection at checkout only when it was idle in the pool for
+    ``PING_IDLE_SECONDS``; one the server closed is then replaced before anyone uses it (the
+    pool retries the checkout on ``DisconnectionError``). Under load connections go back and
+    forth within milliseconds and nothing is pinged. A connection the server closes within a
+    second of its last use is met by the next statement instead: SQLAlchemy then invalidates
+    it and every connection of the pool older than that moment (``Pool._invalidate``), a
+    single-statement read (``db.fast.Fetch``) runs once more on a new one, and any other
+    request fails as it would have failed in flight (``StorageUnavailable``, 503)."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(dbapi_connection: Any, record: Any) -> None:
+        record.info["flowyard_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop("flowyard_idle_since", None)
+        if since is None or time.monotonic() - since < PING_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # any failure: the pool tries a new connection
+            raise sa.exc.DisconnectionError(f"idle connection failed its ping: {type(exc).__name__}") from exc
+
+
 class Database:
     """One per process: an engine, a session factory and the dialect's quirks."""
 
@@ -63,7 +92,10 @@ class Database:
         else:
             kwargs["pool_size"] = min(pool_size, 20)
             kwargs["max_overflow"] = 20
-            kwargs["pool_pre_ping"] = True
+            # Not pool_pre_ping: with asyncpg its ping is three round trips (BEGIN, ";",
+            # ROLLBACK) at every checkout, ~10 % of a list's CPU. Only a connection that sat in
+            # the pool for PING_IDLE_SECONDS is pinged (_ping_when_idle), as a restart, a
+            # failover or an idle timeout may have closed it unseen.
             # Conditional updates ("UPDATE ... WHERE status = 'inactive'") rely on
             # READ COMMITTED re-evaluating the WHERE clause against the newest row
             # version after a concurrent writer commits.
@@ -73,6 +105,8 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine.sync_engine)
+        else:
+            _ping_when_idle(self.engine.sync_engine)
         self._writer = self.engine.execution_options(flowyard_immediate=True)
         self._relaxed_writer = self.engine.execution_options(flowyard_immediate=True, flowyard_relaxed=True)
         self._read_sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
