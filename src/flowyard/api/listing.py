@@ -193,7 +193,7 @@ def search_ids(dialect: str, search: str, *, fts_table: str) -> sa.Select[Any] |
 
 
 def keyed_search(dialect: str, search: str) -> bool:
-    """Whether ``search_page`` can answer ``search`` (SQLite, a trigram or more)."""
+    """Whether ``keyed_search_page`` can answer ``search`` (SQLite, a trigram or more)."""
     return dialect == "sqlite" and len(search.lower()) >= MIN_INDEXED_SEARCH
 
 
@@ -276,8 +276,9 @@ Search = Annotated[
 
 Row = TypeVar("Row")
 
-# The lists over the history (executions, logs) count ``meta.total`` up to this many rows past
-# the start of the page, never the whole history (docs/api.md "Totals of the lists").
+# The lists over the history (executions, logs), and the flow lists with ``search`` or
+# ``filter[user]``, count ``meta.total`` up to this many rows past the start of the page, never
+# everything that matches (docs/api.md "Totals of the lists").
 TOTAL_BOUND = 1_000
 
 

@@ -278,8 +278,8 @@ async def list_flows(db: Database, principal: Principal, lq: ListQuery) -> Liste
     if not lq.search and user is None:
         rows, total = await _counted_list(db, principal, lq, status, kind)
         return Listed(rows, total, True)
-    dialect = "sqlite" if db.is_sqlite else "postgresql"
-    if lq.search and keyed_search(dialect, lq.search) and not (lq.sort or status or kind or user):
+    plain = not (lq.sort or status or kind or user)
+    if lq.search and plain and keyed_search(db.engine.dialect.name, lq.search):
         return await _searched_list(db, principal, lq)
     async with db.read() as session:
         return await _matched_list(session, principal, lq, status, kind, user)
