@@ -6,7 +6,8 @@ On SQLite a plain search walks the search index in key order (migration 0023: an
 second times 2^31 plus a rank within the second) and stops at the bound, reading the rest of
 the last second only when the page reaches into it. Flows are made here with ids of a few
 seconds, many in the same second, inserted in random order (so key order within a second is
-not id order), for an administrator and a tenant member, with the bound set low so every branch
+not id order), for an administrator and a tenant member, with the bound set low and a member's
+visibility checked both ways (by primary key, against the set of its flows), so every branch
 is reached: the page equals the rule's slice, the total is ``min(n, offset + bound)``, and it
 is exact exactly when ``n <= offset + bound``. PostgreSQL answers the same through its own
 path, and must give the same pages and totals.
@@ -58,6 +59,16 @@ def bound(n: int) -> Iterator[None]:
         listing.TOTAL_BOUND = saved
 
 
+@contextmanager
+def probe_over_set(ratio: int) -> Iterator[None]:
+    saved = flows._PROBE_OVER_SET
+    flows._PROBE_OVER_SET = ratio
+    try:
+        yield
+    finally:
+        flows._PROBE_OVER_SET = saved
+
+
 def _id(second: int, counter: int) -> str:
     return second.to_bytes(4, "big").hex() + counter.to_bytes(8, "big").hex()
 
@@ -95,8 +106,10 @@ async def _check(url: str, registry: Registry, cases: list[tuple[int, int, str, 
                     if "shop" in f.name.lower()
                     and (principal.is_admin or keys & {(o["type"], o["id"]) for o in f.owners})
                 )
-                for limit in (1, 2, 5):
-                    with bound(limit):
+                # A member's candidates checked by primary key (ratio 0) and against the set of
+                # its flows (a ratio no count reaches), whichever the counts would choose.
+                for limit, ratio in ((1, 0), (2, 10**9), (5, 0), (5, 10**9)):
+                    with bound(limit), probe_over_set(ratio):
                         for size in (1, 2, 3):
                             for number in range(1, len(expected) // size + 3):
                                 lq = ListQuery(page=number, size=size, search="shop")

@@ -236,6 +236,16 @@ def keyed_search_page(
     return sa.select(found.c.id).order_by(found.c.id).limit(limit).offset(offset), count
 
 
+def keyed_search_candidates(fts_table: str) -> sa.Select[Any]:
+    """How many rows the search index has for ``search_phrase``, counted up to
+    ``candidate_rows`` (from the index alone; what a walk would check, before any filter)."""
+    fts, _keys = _search_tables(fts_table)
+    limit = sa.bindparam("candidate_rows", type_=sa.Integer)
+    phrase = _phrase_match(fts_table, sa.bindparam("search_phrase", type_=sa.String))
+    found = sa.select(fts.c.rowid).where(phrase).limit(limit).subquery("candidates")
+    return sa.select(sa.func.count().label("candidates")).select_from(found)
+
+
 def keyed_search_params(search: str, *, offset: int, size: int) -> dict[str, Any]:
     """The values of ``keyed_search_page``'s own parameters."""
     return {
