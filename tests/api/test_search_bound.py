@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -47,26 +47,6 @@ OWNERS = [
     [{"type": "user", "id": "d" * 24}],
 ]
 BASE_SECOND = int(time.time()) - 86_400
-
-
-@contextmanager
-def bound(n: int) -> Iterator[None]:
-    saved = listing.TOTAL_BOUND
-    listing.TOTAL_BOUND = n
-    try:
-        yield
-    finally:
-        listing.TOTAL_BOUND = saved
-
-
-@contextmanager
-def probe_over_set(ratio: int) -> Iterator[None]:
-    saved = flows._PROBE_OVER_SET
-    flows._PROBE_OVER_SET = ratio
-    try:
-        yield
-    finally:
-        flows._PROBE_OVER_SET = saved
 
 
 def _id(second: int, counter: int) -> str:
@@ -109,7 +89,10 @@ async def _check(url: str, registry: Registry, cases: list[tuple[int, int, str, 
                 # A member's candidates checked by primary key (ratio 0) and against the set of
                 # its flows (a ratio no count reaches), whichever the counts would choose.
                 for limit, ratio in ((1, 0), (2, 10**9), (5, 0), (5, 10**9)):
-                    with bound(limit), probe_over_set(ratio):
+                    with (
+                        mock.patch.object(listing, "TOTAL_BOUND", limit),
+                        mock.patch.object(flows, "_PROBE_OVER_SET", ratio),
+                    ):
                         for size in (1, 2, 3):
                             for number in range(1, len(expected) // size + 3):
                                 lq = ListQuery(page=number, size=size, search="shop")

@@ -346,22 +346,6 @@ async def _matched_list(
     """A search or ``filter[user]`` (any filter, sort or database): what matches is selected
     in the list's order up to ``bounded_rows``, which gives the page and its bounded total at
     once (docs/api.md "Totals of the lists"): its cost stops growing with what matches."""
-    page, total, exact = await _matched_ids(session, principal, lq, status, kind, user)
-    if not page:
-        return Listed([], total, exact)
-    order = order_by(lq.sort, _SORT_COLUMNS, Flow.id)
-    query = sa.select(Flow).where(Flow.id.in_(page)).order_by(*order)
-    return Listed((await session.scalars(query)).all(), total, exact)
-
-
-async def _matched_ids(
-    session: AsyncSession,
-    principal: Principal,
-    lq: ListQuery,
-    status: FlowStatus | None,
-    kind: str | None,
-    user: str | None,
-) -> tuple[list[str], int, bool]:
     where: list[sa.ColumnElement[bool]] = [visible_clause(principal)]
     if status is not None:
         where.append(Flow.status == status)
@@ -400,17 +384,25 @@ async def _matched_ids(
         .cte("matching")
         .prefix_with("MATERIALIZED")
     )
-    by = {name: matching.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
-    # What matches, in the list's order, up to the bound; then the page and how many were read,
-    # in one statement that returns the page's rows only.
+
+    def in_order(of: Any) -> list[sa.UnaryExpression[Any]]:
+        """The list's order over ``of``'s columns (the CTE's, then the bounded read's)."""
+        by = {name: of.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
+        return order_by(lq.sort, by, of.c.id)
+
+    # What matches, in the list's order, up to the bound; then the page's ids and how many were
+    # read, in one statement that returns the page's ids only; then those flows.
     need = bounded_rows(lq.offset, lq.size)
-    read = matching.select().order_by(*order_by(lq.sort, by, matching.c.id)).limit(need).subquery("read")
-    again = {name: read.c[str(col.key)] for name, col in _SORT_COLUMNS.items() if col is sort}
-    count = sa.func.count().over()
-    page = sa.select(read.c.id, count).order_by(*order_by(lq.sort, again, read.c.id))
-    rows = (await session.execute(page.limit(lq.size).offset(lq.offset))).all()
-    n = rows[0][1] if rows else await session.scalar(sa.select(sa.func.count()).select_from(read)) or 0
-    return [row[0] for row in rows], *bounded_count(n, offset=lq.offset, size=lq.size)
+    read = matching.select().order_by(*in_order(matching)).limit(need).subquery("read")
+    page = sa.select(read.c.id, sa.func.count().over()).order_by(*in_order(read))
+    picked = (await session.execute(page.limit(lq.size).offset(lq.offset))).all()
+    n = picked[0][1] if picked else await session.scalar(sa.select(sa.func.count()).select_from(read)) or 0
+    total, exact = bounded_count(n, offset=lq.offset, size=lq.size)
+    if not picked:
+        return Listed([], total, exact)
+    flows = sa.select(Flow).where(Flow.id.in_([row[0] for row in picked]))
+    flows = flows.order_by(*order_by(lq.sort, _SORT_COLUMNS, Flow.id))
+    return Listed((await session.scalars(flows)).all(), total, exact)
 
 
 async def _counted_list(

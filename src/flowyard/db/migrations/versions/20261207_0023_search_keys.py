@@ -51,6 +51,19 @@ def second_of(column: str) -> str:
     return "(" + " + ".join(terms) + ")"
 
 
+def _triggers(table: str, *, insert: str, delete: str) -> None:
+    """The three triggers on ``table`` that keep its search index in step (both structures): an
+    update of the indexed columns is a delete then an insert."""
+    fts = f"{table}_search"
+    op.execute(f"CREATE TRIGGER {fts}_insert AFTER INSERT ON {table} BEGIN {insert} END")
+    op.execute(f"CREATE TRIGGER {fts}_delete AFTER DELETE ON {table} BEGIN {delete} END")
+    op.execute(
+        f"CREATE TRIGGER {fts}_update AFTER UPDATE OF id, name_lc, description_lc ON {table} "
+        "WHEN old.id IS NOT new.id OR old.name_lc IS NOT new.name_lc "
+        f"OR old.description_lc IS NOT new.description_lc BEGIN {delete} {insert} END"
+    )
+
+
 def create_triggers(table: str) -> None:
     fts, keys = f"{table}_search", f"{table}_search_keys"
     # The next free key of the id's second: max + 1 within the second's span, or its first.
@@ -65,13 +78,7 @@ def create_triggers(table: str) -> None:
         f"DELETE FROM {fts} WHERE rowid = (SELECT key FROM {keys} WHERE id = old.id);"
         f"DELETE FROM {keys} WHERE id = old.id;"
     )
-    op.execute(f"CREATE TRIGGER {fts}_insert AFTER INSERT ON {table} BEGIN {insert} END")
-    op.execute(f"CREATE TRIGGER {fts}_delete AFTER DELETE ON {table} BEGIN {delete} END")
-    op.execute(
-        f"CREATE TRIGGER {fts}_update AFTER UPDATE OF id, name_lc, description_lc ON {table} "
-        "WHEN old.id IS NOT new.id OR old.name_lc IS NOT new.name_lc "
-        f"OR old.description_lc IS NOT new.description_lc BEGIN {delete} {insert} END"
-    )
+    _triggers(table, insert=insert, delete=delete)
 
 
 def create_sqlite(table: str) -> None:
@@ -115,13 +122,7 @@ def _create_0008(table: str) -> None:
         f"INSERT INTO {fts} (id, name_lc, description_lc) VALUES (new.id, new.name_lc, new.description_lc);"
     )
     delete = f"""DELETE FROM {fts} WHERE id MATCH '"' || old.id || '"' AND id = old.id;"""
-    op.execute(f"CREATE TRIGGER {fts}_insert AFTER INSERT ON {table} BEGIN {insert} END")
-    op.execute(f"CREATE TRIGGER {fts}_delete AFTER DELETE ON {table} BEGIN {delete} END")
-    op.execute(
-        f"CREATE TRIGGER {fts}_update AFTER UPDATE OF id, name_lc, description_lc ON {table} "
-        "WHEN old.id IS NOT new.id OR old.name_lc IS NOT new.name_lc "
-        f"OR old.description_lc IS NOT new.description_lc BEGIN {delete} {insert} END"
-    )
+    _triggers(table, insert=insert, delete=delete)
 
 
 def upgrade() -> None:
