@@ -204,20 +204,28 @@ _RUNNING = (
     .where(Execution.status == RUNNING)
     .group_by(Execution.queue_group)
 )
-_RUNNING_BY_GROUP = Prepared(_RUNNING)
-_RUNNING_IN_GROUPS = Prepared(
-    _RUNNING.where(Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
-)
+_RUNNING_IN = _RUNNING.where(Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
+_NOT_FINISHED = Execution.id.not_in(sa.bindparam("finished", expanding=True))
+# By (only these groups, leaving out the claimer's finished executions).
+_RUNNING_COUNTS = {
+    (False, False): Prepared(_RUNNING),
+    (True, False): Prepared(_RUNNING_IN),
+    (False, True): Prepared(_RUNNING.where(_NOT_FINISHED)),
+    (True, True): Prepared(_RUNNING_IN.where(_NOT_FINISHED)),
+}
 
 
 async def _running_by_group(
-    session: AsyncSession, groups: Iterable[str] | None = None
+    session: AsyncSession, groups: Iterable[str] | None = None, finished: Sequence[str] = ()
 ) -> dict[str | None, int]:
-    """Executions running now (in the database: every process's), by queue group."""
-    if groups is None:
-        rows = await _RUNNING_BY_GROUP.all(session)
-    else:
-        rows = await _RUNNING_IN_GROUPS.all(session, {"groups": list(groups)})
+    """Executions running now (in the database: every process's), by queue group; ``finished``
+    (ids whose run ended, their outcome not yet recorded) are not counted."""
+    params: dict[str, Any] = {}
+    if groups is not None:
+        params["groups"] = list(groups)
+    if finished:
+        params["finished"] = list(finished)
+    rows = await _RUNNING_COUNTS[(groups is not None, bool(finished))].all(session, params)
     return {grp: int(n) for grp, n in rows}
 
 
@@ -259,6 +267,7 @@ async def _pick_fairly(
     cap: int,
     held_back: set[str],
     running_seen: dict[str | None, int] | None = None,
+    finished: Sequence[str] = (),
 ) -> list[tuple[str, str | None]]:
     """Up to ``limit`` queued executions (id, queue group), shared fairly across queue groups.
 
@@ -276,7 +285,7 @@ async def _pick_fairly(
     heads = {grp: head for grp, head in await _QUEUED_GROUPS.all(session)}
     if not heads:
         return []
-    running = await _running_by_group(session)
+    running = await _running_by_group(session, finished=finished)
     if running_seen is not None:
         running_seen.update(running)
     load = {grp: running.get(grp, 0) for grp in heads}
@@ -376,6 +385,7 @@ async def _within_cap(
     cap: int,
     held_back: set[str],
     running_seen: dict[str | None, int] | None = None,
+    finished: Sequence[str] = (),
 ) -> list[str]:
     """The ids of ``picked`` that keep each queue group within ``cap`` running executions,
     counted in the database now; the groups cut are added to ``held_back``.
@@ -398,7 +408,7 @@ async def _within_cap(
         if groups and dialect_name(session) == "postgresql":
             keys = sorted({_cap_lock_key(g) for g in groups})
             await session.execute(_CAP_LOCKS, {"keys": keys})
-        running = await _running_by_group(session, groups)
+        running = await _running_by_group(session, groups, finished)
     room = {g: cap - n for g, n in running.items()}
     kept: list[str] = []
     for eid, grp in picked:
@@ -475,6 +485,7 @@ async def claim(
     cap: int,
     unreadable: list[Unreadable] | None = None,
     held_back: set[str] | None = None,
+    finished: Sequence[str] = (),
 ) -> list[Claimed]:
     """Take up to ``limit`` queued executions, fairly across tenants (see ``_pick_fairly``).
 
@@ -486,6 +497,10 @@ async def claim(
     owner of tenantless flows) ever has more than ``cap`` executions running, counted across
     every process (``_within_cap``). The groups whose queued work was passed over at their
     cap are added to ``held_back``: the caller claims again when a slot may have freed.
+    ``finished``: the caller's executions whose run has ended and whose outcome is not yet
+    recorded (still ``running`` in the database until then, or recorded while this claim
+    runs): they hold no slot, so they are left out of the counts, by id, whichever side of
+    their record's commit the counts fall on.
 
     The input comes back as text and is decoded row by row: a row whose input cannot
     be decoded fails alone in this transaction (status ``failed``, a clear error, an
@@ -502,10 +517,12 @@ async def claim(
             cap=cap,
             held_back=held,
             running_seen=running,
+            finished=finished,
         ),
         cap,
         held,
         running,
+        finished,
     )
     if held_back is not None:
         held_back |= held

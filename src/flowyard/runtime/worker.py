@@ -94,6 +94,12 @@ class Worker:
         # The last claim passed over queued work of a tenant at its cap: claim again as soon
         # as a completion is recorded (here), or within _HELD_BACK_POLL (other processes').
         self._held_back = False
+        # Whether a claim may find anything: set by ``wake()``, by a claim that filled its limit,
+        # and by the poll; cleared when a claim finds less than it asked for. A slot freed here
+        # (an outcome in) wakes the loop too, but claims only while this is set: after a claim
+        # that emptied the queue, or passed over a tenant at its cap whose outcomes are not yet
+        # recorded, another claim would find nothing (and on PostgreSQL cost ~5 statements).
+        self._claimable = True
         # The resumer (SPEC §11): wakes at the earliest due time it knows of, or when this
         # worker parks an execution due sooner.
         self._resume_wake = asyncio.Event()
@@ -107,6 +113,9 @@ class Worker:
         return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
 
     def wake(self) -> None:
+        """Work may be claimable: enqueued, re-queued, resumed, or slots of a tenant at its cap
+        freed by a commit."""
+        self._claimable = True
         self._wake.set()
 
     async def run(self) -> None:
@@ -143,13 +152,18 @@ class Worker:
                     task.result()
             self._wake.clear()
             capacity = min(self.settings.worker_concurrency, self.pool.slots) - len(self._running)
-            if capacity > 0:
+            if capacity > 0 and self._claimable:
+                limit = min(capacity, _CLAIM_BATCH)
+                self._claimable = False  # a wake() during the claim sets it again
                 try:
-                    claimed = await self._claim(min(capacity, _CLAIM_BATCH))
+                    claimed = await self._claim(limit)
                 except Exception:
                     log.exception("claiming executions failed; retrying")
                     claimed = []
+                    self._claimable = True
                     await asyncio.sleep(self.settings.poll_interval)
+                if len(claimed) >= limit:
+                    self._claimable = True  # perhaps more queued than this claim could take
                 if claimed:
                     try:
                         await self._start(claimed)
@@ -160,19 +174,24 @@ class Worker:
                         await self._hand_back(
                             [c.id for c in claimed if c.id not in self._running], started=False
                         )
+                        self._claimable = True
                         await asyncio.sleep(self.settings.poll_interval)
                     continue
             poll = self.settings.poll_interval
             if self._held_back:
                 poll = min(poll, _HELD_BACK_POLL)
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(poll):
                     await self._wake.wait()
+            except TimeoutError:
+                self._claimable = True  # the backstop: work another process queued or freed unseen
 
     async def _claim(self, limit: int) -> list[queue.Claimed]:
         unreadable: list[queue.Unreadable] = []
         messages: list[bytes] = []
         held_back: set[str] = set()
+        # Run, their outcomes not yet recorded: they hold no slot of their tenant's cap.
+        finished = [o.execution_id for o in self._outcomes]
 
         async def transaction(session: AsyncSession) -> list[queue.Claimed]:
             nonlocal messages
@@ -184,6 +203,7 @@ class Worker:
                 cap=self.cap,
                 unreadable=unreadable,
                 held_back=held_back,
+                finished=finished,
             )
             if unreadable:  # failed alone in this transaction (isolate.py); waiters are told
                 messages = finished_messages((u.id, "failed", None, u.error) for u in unreadable)
@@ -330,6 +350,8 @@ class Worker:
             self._ran[claimed.id] = (claimed.trigger, time.monotonic() - started)
             self._outcomes.append(outcome)
             self._flush_wake.set()
+            if self._held_back:
+                self._claimable = True  # its tenant's slot is free now, though not yet recorded
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -430,8 +452,6 @@ class Worker:
             ),
             remember=False,
         )
-        if held and self._held_back:
-            self.wake()  # slots of capped tenants freed with this commit: claim their queued work now
 
     async def _record_poison(self, outcome: queue.Outcome, exc: BaseException, settled: set[int]) -> None:
         """An outcome that cannot be recorded. If only its counts broke, it is recorded
