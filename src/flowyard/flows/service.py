@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import ids
+from flowyard.api import listing
 from flowyard.api.listing import (
     ListQuery,
     Sortable,
@@ -377,13 +378,14 @@ async def _matched_list(
     # SQLite (bench/api.py). What matches is a materialized CTE, planned apart from the order:
     # PostgreSQL otherwise walks the primary key in id order testing each row (a member's
     # search at 100,000 flows: 92 ms against 15 ms, in process, the trigram index then used).
+    # On SQLite a search shorter than a trigram is a scan with no index to drive it: left
+    # unmaterialized, SQLite reads in the list's order and stops at the bound (an
+    # administrator's "sh" at 100,000 flows read every flow before; bench/search.py).
     sort = _SORT_COLUMNS[lq.sort.lstrip("-")] if lq.sort else None
-    matching = (
-        sa.select(Flow.id, *([sort] if sort is not None else []))
-        .where(*where)
-        .cte("matching")
-        .prefix_with("MATERIALIZED")
-    )
+    matching = sa.select(Flow.id, *([sort] if sort is not None else [])).where(*where).cte("matching")
+    scan = bool(lq.search and len(lq.search.lower()) < listing.MIN_INDEXED_SEARCH)
+    if not (scan and dialect_name(session) == "sqlite"):
+        matching = matching.prefix_with("MATERIALIZED")
 
     def in_order(of: Any) -> list[sa.UnaryExpression[Any]]:
         """The list's order over ``of``'s columns (the CTE's, then the bounded read's)."""
