@@ -17,6 +17,9 @@ from flowyard.queue import store as queue
 from flowyard.queue.models import Execution
 from tests.conftest import Account, Factory, flow_body, wait_until
 from tests.engine.test_engine_e2e import active_flow, finished
+from tests.netfixtures import MakeClient, configured
+
+__all__ = ["configured"]
 
 Client = httpx.AsyncClient
 
@@ -146,6 +149,23 @@ async def test_inactive_error_flow_is_not_started(engine_client: Client, factory
 
     assert "is not active" in (await wait_until(warned))[0]["message"]
     assert await executions_of(c, member, handler) == []
+
+
+async def test_an_error_flow_is_claimed_at_once_not_at_the_poll(
+    configured: MakeClient, factory: Factory
+) -> None:
+    """The failure's record wakes the engines for the error flow it queued, as any enqueue does:
+    with the workers' poll at 30 s and nothing else queued, the error flow still runs within
+    seconds (a worker claims only when woken, or after a claim that filled its limit)."""
+    c = await configured(poll_interval=30)
+    member = await factory.user(tenant=await factory.tenant())
+    handler = await active_flow(c, member, handler_flow())
+    fid = await active_flow(c, member, failing_flow(errorFlowId=handler))
+    bad = (await c.post(f"/webhooks/{fid}", json={"other": 1})).json()["data"]["executionId"]
+    assert (await finished(c, member, bad))["status"] == "failed"
+    runs = await wait_until(lambda: executions_of(c, member, handler), within=10)
+    assert [r["parentExecutionId"] for r in runs] == [bad]
+    assert (await finished(c, member, runs[0]["id"]))["status"] == "succeeded"
 
 
 async def test_the_reapers_failure_starts_the_error_flow(

@@ -661,6 +661,7 @@ async def complete(
 
     Sub-flows (SPEC §12, queue/subflows.py): a parked ``flow`` step's child is enqueued here
     (its id added to ``started``), and a finished child's parent is made due (added to ``woken``).
+    A failed execution's error flow (SPEC §11) is enqueued here too (added to ``started``).
     """
     if not outcomes:
         return set()
@@ -716,8 +717,13 @@ async def complete(
     logs = [entry for o in mine for entry in o.logs]
     if logs:
         await append_logs(session, logs)
-    # SPEC §11: a failed execution starts its flow's error flow, in this transaction.
-    await start_error_flows(session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED])
+    # SPEC §11: a failed execution starts its flow's error flow, in this transaction; the
+    # caller wakes the engines for it as for a sub-flow's child.
+    errors = await start_error_flows(
+        session, [o.execution_id for o in mine if o.status == ExecutionStatus.FAILED]
+    )
+    if started is not None:
+        started += errors
     # SPEC §12: a finished sub-flow's parent goes on.
     parents = await subflows.wake_parents(
         session, [(o.execution_id, o.status, o.result, o.error) for o in mine]

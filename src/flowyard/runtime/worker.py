@@ -417,7 +417,7 @@ class Worker:
                 for o in batch
                 if o.execution_id in held and o.status != ExecutionStatus.WAITING
             )
-            if started:  # sub-flows' children (SPEC §12): every engine may claim them
+            if started:  # sub-flows' children (SPEC §12), error flows (§11): every engine may claim them
                 messages.append(WORK)
             await self.notifier.stage(session, messages)
             return held, messages
@@ -616,14 +616,14 @@ class Worker:
                 freed = await heartbeat.free_trigger_leases(session, owners)
             if dead:
                 messages = finished_messages(e.id for e in dead)
-            if requeued:
+            if requeued or dead:  # the dead may have started error flows (SPEC §11)
                 messages.append(WORK)  # every engine claims, not only this one
             await self.notifier.stage(session, messages)
         self.notifier.committed(messages)
         metrics.lease_expiries(requeued)
         for e in dead:
             metrics.execution_finished(e.trigger, ExecutionStatus.FAILED, None)
-        if requeued:
+        if requeued or dead:
             self.wake()
         if dead:
             self.hub.notify(e.id for e in dead)
