@@ -92,13 +92,14 @@ class Worker:
         self.completed = 0
         self.cap = settings.tenant_running_cap()
         # The last claim passed over queued work of a tenant at its cap: claim again as soon
-        # as a completion is recorded (here), or within _HELD_BACK_POLL (other processes').
+        # as a run of this worker's ends (its slot is free before its record: ``_claim``'s
+        # ``finished``), or within _HELD_BACK_POLL (slots other processes freed).
         self._held_back = False
         # Whether a claim may find anything: set by ``wake()``, by a claim that filled its limit,
-        # and by the poll; cleared when a claim finds less than it asked for. A slot freed here
-        # (an outcome in) wakes the loop too, but claims only while this is set: after a claim
-        # that emptied the queue, or passed over a tenant at its cap whose outcomes are not yet
-        # recorded, another claim would find nothing (and on PostgreSQL cost ~5 statements).
+        # by a run that ends while held back, and by the poll; cleared when a claim finds less
+        # than it asked for. A slot freed here (an outcome in) wakes the loop too, but claims
+        # only while this is set: after a claim that emptied the queue, another claim would
+        # find nothing (and on PostgreSQL cost ~5 statements).
         self._claimable = True
         # The resumer (SPEC §11): wakes at the earliest due time it knows of, or when this
         # worker parks an execution due sooner.
@@ -113,8 +114,8 @@ class Worker:
         return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
 
     def wake(self) -> None:
-        """Work may be claimable: enqueued, re-queued, resumed, or slots of a tenant at its cap
-        freed by a commit."""
+        """Work may be claimable: enqueued (in any process; by a record: a sub-flow's child,
+        an error flow), re-queued or resumed."""
         self._claimable = True
         self._wake.set()
 
