@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from flowyard import ids
-from flowyard.api import listing
 from flowyard.api.listing import (
     ListQuery,
     Sortable,
@@ -383,8 +382,8 @@ async def _matched_list(
     # administrator's "sh" at 100,000 flows read every flow before; bench/search.py).
     sort = _SORT_COLUMNS[lq.sort.lstrip("-")] if lq.sort else None
     matching = sa.select(Flow.id, *([sort] if sort is not None else [])).where(*where).cte("matching")
-    scan = bool(lq.search and len(lq.search.lower()) < listing.MIN_INDEXED_SEARCH)
-    if not (scan and dialect_name(session) == "sqlite"):
+    dialect = dialect_name(session)
+    if not (lq.search and dialect == "sqlite" and not keyed_search(dialect, lq.search)):
         matching = matching.prefix_with("MATERIALIZED")
 
     def in_order(of: Any) -> list[sa.UnaryExpression[Any]]:

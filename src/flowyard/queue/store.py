@@ -204,14 +204,20 @@ _RUNNING = (
     .where(Execution.status == RUNNING)
     .group_by(Execution.queue_group)
 )
-_RUNNING_IN = _RUNNING.where(Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
-_NOT_FINISHED = Execution.id.not_in(sa.bindparam("finished", expanding=True))
-# By (only these groups, leaving out the claimer's finished executions).
+
+
+def _running_statement(*, groups: bool, finished: bool) -> sa.Executable:
+    """The running counts, of the ``:groups`` only, leaving out the ``:finished`` ids."""
+    counts = _RUNNING
+    if groups:
+        counts = counts.where(Execution.queue_group.in_(sa.bindparam("groups", expanding=True)))
+    if finished:
+        counts = counts.where(Execution.id.not_in(sa.bindparam("finished", expanding=True)))
+    return counts
+
+
 _RUNNING_COUNTS = {
-    (False, False): Prepared(_RUNNING),
-    (True, False): Prepared(_RUNNING_IN),
-    (False, True): Prepared(_RUNNING.where(_NOT_FINISHED)),
-    (True, True): Prepared(_RUNNING_IN.where(_NOT_FINISHED)),
+    (g, f): Prepared(_running_statement(groups=g, finished=f)) for g in (False, True) for f in (False, True)
 }
 
 
