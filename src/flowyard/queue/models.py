@@ -18,6 +18,11 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 # The two halves of a user owner's executions, each with partial indexes of its own.
 _TENANT, _TENANTLESS = "tenant IS NOT NULL", "tenant IS NULL"
+# The queue's live rows, each status in partial indexes of its own (a finished execution, most
+# of the table, is in none of them). Written as SQL text, as the queries that read them write
+# them (``sa.text``): a partial index serves a query only when the query's WHERE holds its
+# predicate as written, and a bound value does not (SQLite's planner, PostgreSQL's generic plans).
+QUEUED_ROWS, RUNNING_ROWS = "status = 'queued'", "status = 'running'"
 
 
 class Execution(Base):
@@ -62,11 +67,14 @@ class Execution(Base):
 
     __table_args__ = (
         sa.UniqueConstraint("flow_id", "scheduled_for"),
-        # Claim: the oldest queued rows. Reaper: running rows by lease expiry.
+        # Claim: the oldest queued rows. Reaper: the running rows (few), each lease read from
+        # the row. An administrator's ``filter[status]``.
         sa.Index("ix_executions_status_id", "status", "id"),
-        # Fair claim: groups with queued work, their oldest rows, and what each runs.
-        sa.Index("ix_executions_status_queue_group_id", "status", "queue_group", "id"),
-        sa.Index("ix_executions_status_lease", "status", "lease_expires_at"),
+        # Fair claim: groups with queued work and their oldest rows; what each group runs. The
+        # status leads although each index holds one: so SQLite's planner, which has no
+        # statistics, prefers them over ix_executions_status_id (two equalities against one).
+        partial_index("ix_executions_queued_group_id", "status", "queue_group", "id", where=QUEUED_ROWS),
+        partial_index("ix_executions_running_group_id", "status", "queue_group", "id", where=RUNNING_ROWS),
         # Lists (executions/service.py): each filter's rows newest first from one index range.
         # A non-admin's page comes from the tenant and the user owner recorded on the
         # execution; the trailing columns ride along so that the recorded scope and the
@@ -103,7 +111,9 @@ class Execution(Base):
         ),
         # The resumer: due waiting executions from a partial index over the waiting rows only.
         partial_index("ix_executions_waiting_due", "resume_at", where="status = 'waiting'"),
-        sa.Index("ix_executions_parent", "parent_execution_id"),
+        # A sub-flow's caller (``parent_execution_id = :id`` implies the predicate on both
+        # databases): the rows of no caller, nearly all, are not in it.
+        partial_index("ix_executions_parent", "parent_execution_id", where="parent_execution_id IS NOT NULL"),
     )
 
 

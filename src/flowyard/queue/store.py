@@ -35,7 +35,7 @@ from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
 from flowyard.queue import counters, steps, subflows
 from flowyard.queue import status as execution_status
-from flowyard.queue.models import Execution
+from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS, Execution
 from flowyard.queue.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.queue.status import UNFINISHED, ExecutionStatus
 
@@ -179,7 +179,7 @@ async def enqueue(
 
 
 # Groups with queued work and the oldest queued id of each: a loose index scan over
-# (status, queue_group, id), one index probe per group, however long the queue is.
+# ix_executions_queued_group_id, one index probe per group, however long the queue is.
 _QUEUED_GROUPS = Prepared(
     sa.text(
         """
@@ -199,9 +199,10 @@ _QUEUED_GROUPS = Prepared(
 )
 
 
+# From ix_executions_running_group_id alone (its predicate written as the index writes it).
 _RUNNING = (
     sa.select(Execution.queue_group, sa.func.count())
-    .where(Execution.status == RUNNING)
+    .where(sa.text(RUNNING_ROWS))
     .group_by(Execution.queue_group)
 )
 
@@ -249,7 +250,7 @@ def _pick_statement(*, taken: bool) -> Callable[[str], sa.Executable]:
     def build(dialect: str) -> sa.Executable:
         pick = (
             sa.select(Execution.id)
-            .where(Execution.status == QUEUED, Execution.queue_group == sa.bindparam("grp"))
+            .where(sa.text(QUEUED_ROWS), Execution.queue_group == sa.bindparam("grp"))
             .order_by(Execution.id)
             .limit(_limit(dialect))
         )
