@@ -269,7 +269,8 @@ def main() -> int:
         for eid, n in conn.execute(
             "SELECT execution_id, count(*) FROM logs WHERE message = 'soak' GROUP BY execution_id"
         ):
-            recorded[eid] = n
+            # logs.execution_id is stored as 12 bytes (flowyard.db.compact): its hex is the id.
+            recorded[eid.hex() if isinstance(eid, bytes) else eid] = n
     missing = acknowledged - rows.keys()
     not_succeeded = {e for e in acknowledged & rows.keys() if rows[e][0] != "succeeded"}
     not_once = {e for e in acknowledged if recorded.get(e, 0) != 1}

@@ -4,6 +4,7 @@ short transactions. A file made before keeps its size (and works) until converte
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -38,7 +39,10 @@ async def _fill_and_prune(path: Path) -> tuple[int, int, dict[str, int]]:
     old = utcnow() - timedelta(days=40)
     async with db.write() as session:
         session.add_all(
-            LogEntry(timestamp=old, level="info", message=f"old {i}", data={"blob": "x" * 2000})
+            # Data that does not deflate (logs.data is packed on SQLite): ~2 KiB stored each.
+            LogEntry(
+                timestamp=old, level="info", message=f"old {i}", data={"blob": secrets.token_urlsafe(1500)}
+            )
             for i in range(ROWS)
         )
         session.add(LogEntry(timestamp=utcnow(), level="info", message="recent", data={"keep": True}))

@@ -54,11 +54,19 @@ def entry(
     }
 
 
+def _stored(e: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row as stored: the user owner only on an entry of no tenant (its only reader is a
+    tenantless caller's scope, ``iam.visibility.tenant_data_clause``)."""
+    if e.get("tenant") is not None and e.get("user_id") is not None:
+        return {**e, "user_id": None}
+    return e
+
+
 async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) -> None:
     """Insert ``entries`` (dicts of the ``logs`` columns, as :func:`entry` or the runner's
     outcomes make them) in the caller's transaction: one statement however many."""
     if entries:
-        await insert_into(_LOGS, tuple(entries[0])).many(session, entries)
+        await insert_into(_LOGS, tuple(entries[0])).many(session, [_stored(e) for e in entries])
 
 
 async def append_one(session: AsyncSession, level: str, message: str, **fields: Any) -> None:

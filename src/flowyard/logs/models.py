@@ -8,7 +8,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, JsonValue, UTCDateTime, partial_index
+from flowyard.db.base import Base, partial_index
+from flowyard.db.compact import CompactId, CompactTime
+from flowyard.db.packed import PackedJson
 
 # The entries ``showErrors`` lists: the predicate of their partial index and of the query that
 # reads it (written as SQL text: a bound value would not match the index's predicate).
@@ -22,17 +24,21 @@ class LogEntry(Base):
     id: Mapped[int] = mapped_column(
         sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
     )
-    timestamp: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)
+    # The ids and the time each entry repeats are stored compactly on SQLite (db/compact.py).
+    timestamp: Mapped[datetime] = mapped_column(CompactTime(), nullable=False, index=True)
     level: Mapped[str] = mapped_column(sa.String(8), nullable=False)
     message: Mapped[str] = mapped_column(sa.Text, nullable=False)
-    tenant: Mapped[str | None] = mapped_column(sa.String(64))
-    # The flow's user owner: lets callers without a tenant read their own flows' logs.
-    user_id: Mapped[str | None] = mapped_column(sa.String(64))
-    flow_id: Mapped[str | None] = mapped_column(Id)
-    execution_id: Mapped[str | None] = mapped_column(Id)
+    tenant: Mapped[str | None] = mapped_column(CompactId(64))
+    # The flow's user owner, for the entries of no tenant only (logs.append): lets callers
+    # without a tenant read their own flows' logs. An entry of a tenant is read by its tenant
+    # (iam.visibility.tenant_data_clause), so it does not repeat the user in every row.
+    user_id: Mapped[str | None] = mapped_column(CompactId(64))
+    flow_id: Mapped[str | None] = mapped_column(CompactId(24))
+    execution_id: Mapped[str | None] = mapped_column(CompactId(24))
     step_id: Mapped[str | None] = mapped_column(sa.String(64))
     component_id: Mapped[str | None] = mapped_column(sa.String(200))
-    data: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    # On SQLite packed (db/packed.py): a step's entry repeats the same five keys.
+    data: Mapped[Any] = mapped_column(PackedJson, nullable=True)
 
     __table_args__ = (
         sa.Index("ix_logs_tenant_id", "tenant", "id"),

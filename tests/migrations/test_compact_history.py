@@ -1,0 +1,181 @@
+"""Migrations 0024 and 0025 (issue 19, storage) over a database filled before them:
+
+- 0024: the queue's indexes become partial over the queued and the running rows, the callers'
+  index over the rows that have one; the rows stay as they were.
+- 0025: on SQLite the log rows' ids become 12 bytes and their times integers; an entry of a
+  tenant no longer repeats its user. The values read through the model are those written
+  before (the user aside), and the filters find them; down to 0023 gives the text back.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from flowyard.db import migrate
+from flowyard.logs.models import LogEntry
+from tests.migrations.test_list_indexes import FLOW, LONER, T1, T2, _fill, _state
+from tests.migrations.test_migrations import _in_sync, empty_url
+
+__all__ = ["empty_url"]
+
+ODD_TENANT, UPPER_FLOW = "acme-corp", "ABCDEF0123456789ABCDEF01"
+PARTIAL = {
+    "ix_executions_queued_group_id": ("status", "queue_group", "id"),
+    "ix_executions_running_group_id": ("status", "queue_group", "id"),
+    "ix_executions_parent": ("parent_execution_id",),
+}
+
+
+def _add_odd(conn: sa.Connection, sqlite: bool) -> None:
+    when = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+    conn.execute(
+        sa.text(
+            "INSERT INTO logs (timestamp, level, message, tenant, user_id, flow_id, execution_id)"
+            " VALUES (:c, 'warn', 'odd', :t, :u, :f, NULL)"
+        ),
+        {
+            "c": when.replace(tzinfo=None).isoformat(sep=" ") if sqlite else when,
+            "t": ODD_TENANT,
+            "u": LONER,
+            "f": UPPER_FLOW,
+        },
+    )
+    conn.commit()
+
+
+def _entries(url: str) -> list[tuple[Any, ...]]:
+    """Every entry as the model reads it."""
+
+    def read(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        rows = conn.execute(
+            sa.select(
+                LogEntry.id,
+                LogEntry.timestamp,
+                LogEntry.tenant,
+                LogEntry.user_id,
+                LogEntry.flow_id,
+                LogEntry.execution_id,
+            ).order_by(LogEntry.id)
+        )
+        return [tuple(r) for r in rows]
+
+    return _in_sync(url, read)
+
+
+def _raw(url: str) -> list[tuple[Any, ...]]:
+    def read(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        rows = conn.exec_driver_sql(
+            "SELECT id, timestamp, tenant, user_id, flow_id, execution_id FROM logs ORDER BY id"
+        )
+        return [tuple(r) for r in rows]
+
+    return _in_sync(url, read)
+
+
+def _as_read(raw: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows written as text before 0025, as the model reads them after it: aware times, the
+    user only on the entries of no tenant."""
+
+    def when(cell: Any) -> datetime:
+        value = datetime.fromisoformat(cell) if isinstance(cell, str) else cell
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    return [(i, when(t), tenant, user if tenant is None else None, f, e) for i, t, tenant, user, f, e in raw]
+
+
+def test_queue_indexes_become_partial_over_existing_rows(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0023")
+    _fill(empty_url)
+    before, executions, logs = _state(empty_url)
+    migrate.upgrade(empty_url, "0024")
+    after, executions_after, logs_after = _state(empty_url)
+    assert (executions_after, logs_after) == (executions, logs)
+    assert {"ix_executions_status_queue_group_id", "ix_executions_status_lease"} <= before["executions"]
+    assert not {"ix_executions_status_queue_group_id", "ix_executions_status_lease"} & after["executions"]
+    shapes = {name: (columns, options) for table, name, columns, options in after["shapes"]}
+    for name, columns in PARTIAL.items():
+        got_columns, options = shapes[name]
+        assert got_columns == columns
+        where = " ".join(v for _k, v in options if _k.endswith("_where"))
+        assert ("IS NOT NULL" in where) if name == "ix_executions_parent" else ("status" in where), (
+            name,
+            options,
+        )
+
+    def queued(conn: sa.Connection) -> list[str]:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text(
+                    "SELECT id FROM executions WHERE status = 'queued' AND queue_group IS NULL ORDER BY id"
+                )
+            )
+        ]
+
+    # The rows of the fill (no queue group) are all still there, by the same statements.
+    assert len(_in_sync(empty_url, queued)) == 10
+    migrate.downgrade(empty_url, "0023")
+    assert _state(empty_url) == (before, executions, logs)
+
+
+def test_log_rows_become_compact_and_read_the_same(empty_url: str) -> None:
+    sqlite = empty_url.startswith("sqlite")
+    migrate.upgrade(empty_url, "0024")
+    _fill(empty_url)
+    _in_sync(empty_url, lambda conn: _add_odd(conn, sqlite))
+    raw_before = _raw(empty_url)
+    assert len(raw_before) == 31
+    migrate.upgrade(empty_url, "0025")
+    assert _entries(empty_url) == _as_read(raw_before)
+    if sqlite:
+        cells = _in_sync(
+            empty_url,
+            lambda conn: conn.exec_driver_sql(
+                "SELECT typeof(timestamp), typeof(tenant), typeof(user_id), typeof(flow_id),"
+                " typeof(execution_id) FROM logs ORDER BY id"
+            ).all(),
+        )
+        kinds = {tuple(c) for c in cells}
+        # Hex ids as bytes, a tenant's user gone, times as integers; the ids of another form
+        # (the fill's tenants "ttt…" and "uuu…", the odd ones) stay text.
+        assert kinds == {
+            ("integer", "text", "null", "blob", "blob"),
+            ("integer", "null", "blob", "blob", "blob"),
+            ("integer", "text", "null", "text", "null"),
+        }, kinds
+
+    def found(conn: sa.Connection) -> dict[str, int]:
+        def count(*where: Any) -> int:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(LogEntry).where(*where)).scalar_one()
+            )
+
+        return {
+            "t1": count(LogEntry.tenant == T1),
+            "t2 flow": count(LogEntry.tenant == T2, LogEntry.flow_id == FLOW),
+            "loner": count(LogEntry.tenant.is_(None), LogEntry.user_id == LONER),
+            "odd": count(LogEntry.tenant == ODD_TENANT, LogEntry.flow_id == UPPER_FLOW),
+            "execution": count(LogEntry.execution_id == f"{4:024x}"),
+            "since": count(LogEntry.timestamp >= datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)),
+        }
+
+    assert _in_sync(empty_url, found) == {
+        "t1": 10,
+        "t2 flow": 10,
+        "loner": 10,
+        "odd": 1,
+        "execution": 1,
+        "since": 1,
+    }
+    migrate.downgrade(empty_url, "0024")
+    # Text again, the same values, but for the users that the entries of a tenant no longer keep.
+    raw_down = _raw(empty_url)
+    assert _as_read(raw_down) == _as_read(raw_before)
+    assert all(isinstance(cell, str | None) for row in raw_down for cell in row[2:])
+    if sqlite:
+        assert all(isinstance(row[1], str) for row in raw_down)
+    migrate.upgrade(empty_url, "0025")
+    assert _entries(empty_url) == _as_read(raw_before)
