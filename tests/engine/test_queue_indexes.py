@@ -88,8 +88,9 @@ async def test_the_fair_claim_reads_the_indexes_of_the_live_rows(
 
 
 async def _in_index(db: Database, index: str, eid: str) -> bool:
-    """Whether ``eid`` has an entry in ``index``: read from that index alone (the planner is
-    made to use it), so a row outside a partial index's predicate is not found."""
+    """Whether ``eid`` is among the rows of ``index``. SQLite: read through that index
+    (``INDEXED BY``), so a row outside a partial index's predicate is not found; PostgreSQL: the
+    rows that match the index's predicate."""
     where = {
         QUEUED_INDEX: "status = 'queued'",
         RUNNING_INDEX: "status = 'running'",
