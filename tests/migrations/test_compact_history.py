@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -179,3 +180,46 @@ def test_log_rows_become_compact_and_read_the_same(empty_url: str) -> None:
         assert all(isinstance(row[1], str) for row in raw_down)
     migrate.upgrade(empty_url, "0025")
     assert _entries(empty_url) == _as_read(raw_before)
+
+
+def test_the_downgrade_gives_packed_data_back_as_json_text(empty_url: str) -> None:
+    """Entries written at 0025 have their ``data`` packed on SQLite; the release before reads
+    it as JSON text, so the downgrade turns it back (both stored forms: as it is and deflated)."""
+    migrate.upgrade(empty_url, "0025")
+    small = {"ok": True}
+    large = {"runs": 1, "attempts": 1, "messagesIn": 1, "messagesOut": 1, "durationMs": 1.5, "ü": "ß"}
+
+    def write(conn: sa.Connection) -> None:
+        for data in (small, large, None):
+            conn.execute(
+                sa.insert(LogEntry).values(
+                    timestamp=datetime(2026, 12, 7, 12, tzinfo=UTC),
+                    level="info",
+                    message="m",
+                    tenant=T1,
+                    flow_id=FLOW,
+                    data=data,
+                )
+            )
+        conn.commit()
+
+    _in_sync(empty_url, write)
+
+    def cells(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in conn.exec_driver_sql("SELECT data FROM logs ORDER BY id")]
+
+    if empty_url.startswith("sqlite"):
+        stored = _in_sync(empty_url, cells)
+        assert [type(c[0]) for c in stored] == [bytes, bytes, type(None)]
+        assert stored[0][0][:1] == b"\x00" and stored[1][0][:1] == b"\x01"  # as it is; deflated
+    migrate.downgrade(empty_url, "0024")
+    down = _in_sync(empty_url, cells)
+    as_json = [json.loads(c[0]) if isinstance(c[0], str) else c[0] for c in down]
+    assert as_json == [small, large, None]
+    migrate.upgrade(empty_url, "0025")
+    assert [
+        r[0]
+        for r in _in_sync(
+            empty_url, lambda conn: conn.execute(sa.select(LogEntry.data).order_by(LogEntry.id)).all()
+        )
+    ] == [small, large, None]

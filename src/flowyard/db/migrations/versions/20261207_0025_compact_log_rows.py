@@ -10,7 +10,9 @@ are too, ``db/compact.py`` says so). It also clears ``user_id``
 on the entries of a tenant: from this revision ``logs.append`` records the user owner only on
 an entry of no tenant, its only reader (``iam.visibility.tenant_data_clause``).
 
-``logs.data`` needs no conversion: ``PackedJson`` reads the JSON text stored before.
+``logs.data`` needs no conversion on the way up: ``PackedJson`` reads the JSON text stored
+before. The downgrade turns the packed cells written since back into JSON text (the release
+before reads ``data`` as text).
 
 PostgreSQL: nothing changes but the cleared ``user_id`` (``varchar`` and ``timestamptz`` are
 already compact there).
@@ -26,6 +28,7 @@ Create Date: 2026-12-07 22:40:00.000000
 from __future__ import annotations
 
 import re
+import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,6 +61,49 @@ def time_cell(value: datetime) -> int:
 
 def time_of(cell: int) -> datetime:
     return _EPOCH + timedelta(microseconds=cell)
+
+
+# db/packed.py's stored form of a JSON value: a version byte, then the JSON (0) or the JSON
+# deflated (raw, window 2**11) against this dictionary (1).
+_ZDICT = (
+    b'"input":{},"inputs":{},"error":"'
+    b'"status":"failed","error":null,"status":"skipped","status":"waiting",'
+    b'"attemptErrors":[]},{"nodeId":"","componentId":"http","function":null,"status":"succeeded",'
+    b'"componentId":"log","componentId":"jsonata","componentId":"webhook","componentId":"code",'
+    b'"runs":1,"messagesIn":1,"messagesOut":1,"durationMs":0.0,'
+    b'"startedAt":"2026-12-01T00:00:00.000Z","finishedAt":"2026-12-01T00:00:00.000Z",'
+    b'"error":null,"output":{},"attempts":1,"attemptErrors":[]},{"nodeId":"'
+)
+
+
+def _json_text(cell: bytes) -> str | None:
+    """A packed cell's JSON text; None when it cannot be read (left as it is: ``flowyard
+    check`` names it)."""
+    try:
+        if cell[:1] == b"\x00":
+            return cell[1:].decode()
+        if cell[:1] == b"\x01":
+            inflater = zlib.decompressobj(-11, _ZDICT)
+            body = inflater.decompress(cell[1:]) + inflater.flush()
+            return body.decode() if inflater.eof else None
+    except (zlib.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _unpack_data() -> None:
+    conn = op.get_bind()
+    after = 0
+    while rows := list(
+        conn.exec_driver_sql(
+            f"SELECT id, data FROM logs WHERE id > ? AND typeof(data) = 'blob' ORDER BY id LIMIT {_BATCH}",
+            (after,),
+        )
+    ):
+        texts = [(text, eid) for eid, cell in rows if (text := _json_text(bytes(cell))) is not None]
+        if texts:
+            conn.exec_driver_sql("UPDATE logs SET data = ? WHERE id = ?", texts)
+        after = rows[-1][0]
 
 
 def _rows(conn: sa.Connection, after: int) -> list[Any]:
@@ -115,3 +161,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         _convert(forward=False)
+        _unpack_data()
