@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from flowyard.clock import utcnow
 from flowyard.db.prepared import SQLiteForm
 from flowyard.db.session import Database
 from flowyard.queue import store as queue
-from flowyard.queue.records import Outcome
+from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS
 from tests.engine.test_fair_claim import seed
+from tests.engine.test_heartbeat import _outcome
 
 QUEUED_INDEX, RUNNING_INDEX = "ix_executions_queued_group_id", "ix_executions_running_group_id"
 
@@ -92,8 +92,8 @@ async def _in_index(db: Database, index: str, eid: str) -> bool:
     (``INDEXED BY``), so a row outside a partial index's predicate is not found; PostgreSQL: the
     rows that match the index's predicate."""
     where = {
-        QUEUED_INDEX: "status = 'queued'",
-        RUNNING_INDEX: "status = 'running'",
+        QUEUED_INDEX: QUEUED_ROWS,
+        RUNNING_INDEX: RUNNING_ROWS,
         "ix_executions_parent": "parent_execution_id IS NOT NULL",
     }[index]
     async with db.engine.connect() as conn:
@@ -119,23 +119,7 @@ async def test_a_finished_execution_leaves_the_queues_indexes(db: Database) -> N
     assert not await _in_index(db, QUEUED_INDEX, eid)
     assert await _in_index(db, RUNNING_INDEX, eid)
     async with db.write() as session:
-        await queue.complete(
-            session,
-            [
-                Outcome(
-                    execution_id=eid,
-                    flow_id=c.flow_id,
-                    tenant=c.tenant,
-                    owner_user=c.owner_user,
-                    created_at=c.created_at,
-                    status="succeeded",
-                    result={"ok": True},
-                    error=None,
-                    finished_at=utcnow(),
-                )
-            ],
-            worker_id="w",
-        )
+        await queue.complete(session, [_outcome(c)], worker_id="w")
     assert not await _in_index(db, QUEUED_INDEX, eid)
     assert not await _in_index(db, RUNNING_INDEX, eid)
     assert not await _in_index(db, "ix_executions_parent", eid)

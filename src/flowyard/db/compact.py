@@ -30,6 +30,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from flowyard.db.base import UTCDateTime
+
 _OWN_ID = re.compile(r"[0-9a-f]{24}")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -72,30 +74,25 @@ class _RawDateTime(sa.types.TypeEngine[Any]):
     __visit_name__ = "DATETIME"
 
 
-class CompactTime(sa.types.TypeDecorator[datetime]):
-    """Always UTC, aware on the way out (as ``UTCDateTime``); on SQLite an integer of
-    microseconds since 1970."""
+class CompactTime(UTCDateTime):
+    """``UTCDateTime`` (always UTC, aware on the way out), but on SQLite an integer of
+    microseconds since 1970 rather than text."""
 
-    impl = sa.DateTime(timezone=True)
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name == "sqlite":
             return dialect.type_descriptor(_RawDateTime())
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
+        return super().load_dialect_impl(dialect)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        if dialect.name == "sqlite":
+        if value is not None and dialect.name == "sqlite":
             return time_cell(value)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return super().process_bind_param(value, dialect)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
         if isinstance(value, int):
             return time_of(value)
         if isinstance(value, str):  # a cell from before migration 0025, if one was missed
             value = datetime.fromisoformat(value)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return super().process_result_value(value, dialect)
