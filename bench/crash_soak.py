@@ -130,7 +130,12 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def unfinished(db: Path, sample: int = 500) -> list[str]:
+def _hex(cell: str | bytes) -> str:
+    return cell.hex() if isinstance(cell, bytes) else cell
+
+
+def unfinished(db: Path, sample: int = 500) -> list[str | bytes]:
+    """Ids as stored (bytes, flowyard.db.compact), for ``any_finished`` to bind as they are."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
         return [
             r[0]
@@ -150,7 +155,7 @@ def finished_count(db: Path) -> int:
         )
 
 
-def any_finished(db: Path, ids: list[str]) -> bool:
+def any_finished(db: Path, ids: list[str | bytes]) -> bool:
     marks = ",".join("?" * len(ids))
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
         row = conn.execute(
@@ -264,13 +269,13 @@ def main() -> int:
 
     acknowledged = {eid for eid, _t in load.acknowledged}
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
-        rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, status, attempts FROM executions")}
+        # Execution ids are stored as 12 bytes (flowyard.db.compact): their hex is the id.
+        rows = {_hex(r[0]): (r[1], r[2]) for r in conn.execute("SELECT id, status, attempts FROM executions")}
         recorded: dict[str, int] = {}
         for eid, n in conn.execute(
             "SELECT execution_id, count(*) FROM logs WHERE message = 'soak' GROUP BY execution_id"
         ):
-            # logs.execution_id is stored as 12 bytes (flowyard.db.compact): its hex is the id.
-            recorded[eid.hex() if isinstance(eid, bytes) else eid] = n
+            recorded[_hex(eid)] = n
     missing = acknowledged - rows.keys()
     not_succeeded = {e for e in acknowledged & rows.keys() if rows[e][0] != "succeeded"}
     not_once = {e for e in acknowledged if recorded.get(e, 0) != 1}

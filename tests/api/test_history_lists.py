@@ -38,6 +38,7 @@ from flowyard.ids import new_id
 from flowyard.logs import append as logs
 from flowyard.queue import pruner
 from flowyard.queue import store as queue
+from flowyard.queue.models import Execution
 from tests.conftest import Account, Factory, flow_body, force_status
 
 
@@ -106,7 +107,10 @@ async def add_runs(db: Database, world: World, flow_id: str, n: int, *, old: boo
         await queue.enqueue(session, items)
         for run in made:
             await session.execute(
-                sa.text("UPDATE executions SET status = :s WHERE id = :id"), {"s": run.status, "id": run.id}
+                sa.text("UPDATE executions SET status = :s WHERE id = :id").bindparams(
+                    sa.bindparam("id", type_=Execution.id.type)  # compact on SQLite
+                ),
+                {"s": run.status, "id": run.id},
             )
         entries = []
         for run in made:

@@ -94,7 +94,10 @@ async def enqueue_in(
     for i, text in (raw or {}).items():
         cast = ":v" if sqlite else "CAST(:v AS json)"
         await session.execute(
-            sa.text(f"UPDATE executions SET input = {cast} WHERE id = :id"), {"v": text, "id": ids[i]}
+            sa.text(f"UPDATE executions SET input = {cast} WHERE id = :id").bindparams(
+                sa.bindparam("id", type_=Execution.id.type)  # stored compactly on SQLite
+            ),
+            {"v": text, "id": ids[i]},
         )
     return ids
 
@@ -463,7 +466,8 @@ async def test_a_row_that_cannot_be_pruned_is_skipped_alone(
             sa.update(Execution).where(Execution.id.in_(ids)).values(status="succeeded", finished_at=utcnow())
         )
     poison = ids[2]
-    async with refusing(db, "executions", "DELETE", f"OLD.id = '{poison}'", f"OLD.id = '{poison}'"):
+    # On SQLite the id is stored as its 12 bytes (flowyard.db.compact): a BLOB literal.
+    async with refusing(db, "executions", "DELETE", f"OLD.id = X'{poison}'", f"OLD.id = '{poison}'"):
         later = utcnow() + timedelta(days=30)
         counts = await pruner.prune(db, retention=timedelta(days=1), batch=3, now=later)
         assert counts["executions"] == 6

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from flowyard.db.compact import id_cell
 from flowyard.db.prepared import SQLiteForm
 from flowyard.db.session import Database
 from flowyard.queue import store as queue
-from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS
+from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS, Execution
 from tests.engine.test_fair_claim import seed
 from tests.engine.test_heartbeat import _outcome
 
@@ -99,7 +100,8 @@ async def _in_index(db: Database, index: str, eid: str) -> bool:
     async with db.engine.connect() as conn:
         if db.is_sqlite:
             row = await conn.exec_driver_sql(
-                f"SELECT count(*) FROM executions INDEXED BY {index} WHERE {where} AND id = ?", (eid,)
+                f"SELECT count(*) FROM executions INDEXED BY {index} WHERE {where} AND id = ?",
+                (id_cell(eid),),  # stored as 12 bytes (flowyard.db.compact)
             )
         else:
             row = await conn.exec_driver_sql(
@@ -124,5 +126,5 @@ async def test_a_finished_execution_leaves_the_queues_indexes(db: Database) -> N
     assert not await _in_index(db, RUNNING_INDEX, eid)
     assert not await _in_index(db, "ix_executions_parent", eid)
     async with db.read() as session:
-        status = await session.scalar(sa.text("SELECT status FROM executions WHERE id = :id"), {"id": eid})
+        status = await session.scalar(sa.select(Execution.status).where(Execution.id == eid))
     assert status == "succeeded"

@@ -20,9 +20,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from flowyard.logs.models import LogEntry
 from flowyard.queue.models import Execution
-from tests.engine.test_processes import ADMIN, _empty, _free_port, _query
+from tests.engine.test_processes import ADMIN, _empty, _free_port, _query, summaries_of
 
 pytestmark = [pytest.mark.slow]
 FINAL = ("succeeded", "failed", "cancelled")
@@ -241,11 +240,6 @@ def test_sigkilled_api_process_loses_nothing(serve: Serve) -> None:
     # At least every answered request has its execution (others died with the killed process
     # after their commit, or before it).
     assert len(status) >= len(accepted) + len(waited)
-    summaries = _query(
-        s.db_url,
-        sa.select(LogEntry.execution_id, sa.func.count())
-        .where(LogEntry.step_id == "slow", LogEntry.message.like("step slow%"))
-        .group_by(LogEntry.execution_id),
-    )
+    summaries = summaries_of(s.db_url)
     assert len(summaries) == len(status) and {n for _e, n in summaries} == {1}
     assert "Traceback" not in s.log(), s.log()

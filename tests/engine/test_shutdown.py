@@ -19,10 +19,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from flowyard.logs.models import LogEntry
 from flowyard.queue.models import Execution
 from tests.conftest import flow_body
-from tests.engine.test_processes import Cluster, _active_flow, _empty, _login, _query
+from tests.engine.test_processes import Cluster, _active_flow, _empty, _login, _query, summaries_of
 from tests.engine.test_serve_processes import _children
 
 pytestmark = [pytest.mark.slow]
@@ -95,14 +94,7 @@ def _recorded_once(url: str, ids: list[str]) -> None:
     document (written with its final status) and one summary log entry."""
     docs = dict(_query(url, sa.select(Execution.id, Execution.steps).where(Execution.id.in_(ids))))
     steps = {i: sum(1 for s in docs.get(i) or [] if s["nodeId"] == "slow") for i in ids}
-    logs = dict(
-        _query(
-            url,
-            sa.select(LogEntry.execution_id, sa.func.count())
-            .where(LogEntry.step_id == "slow", LogEntry.message.like("step slow%"))
-            .group_by(LogEntry.execution_id),
-        )
-    )
+    logs = dict(summaries_of(url))
     assert {i: steps.get(i) for i in ids} == dict.fromkeys(ids, 1)
     assert {i: logs.get(i) for i in ids} == dict.fromkeys(ids, 1)
 

@@ -1,10 +1,12 @@
-"""Migrations 0024 and 0025 (issue 19, storage) over a database filled before them:
+"""Migrations 0024, 0025 and 0026 (issue 19, storage) over a database filled before them:
 
 - 0024: the queue's indexes become partial over the queued and the running rows, the callers'
   index over the rows that have one; the rows stay as they were.
 - 0025: on SQLite the log rows' ids become 12 bytes and their times integers; an entry of a
   tenant no longer repeats its user. The values read through the model are those written
   before (the user aside), and the filters find them; down to 0023 gives the text back.
+- 0026: the same for an execution's own ids and times, a finished one's queue group goes, and
+  long log messages are packed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from flowyard.db import migrate
+from flowyard.db.compact import time_cell
 from flowyard.logs.models import LogEntry
+from flowyard.queue.models import Execution
 from tests.migrations.test_list_indexes import FLOW, LONER, T1, T2, _fill, _state
 from tests.migrations.test_migrations import _in_sync, empty_url
 
@@ -223,3 +227,150 @@ def test_the_downgrade_gives_packed_data_back_as_json_text(empty_url: str) -> No
             empty_url, lambda conn: conn.execute(sa.select(LogEntry.data).order_by(LogEntry.id)).all()
         )
     ] == [small, large, None]
+
+
+_EXECUTION_COLUMNS = (
+    "id",
+    "tenant",
+    "owner_user",
+    "retry_of",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "scheduled_for",
+    "status",
+    "queue_group",
+)
+HEX_TENANT = "1234567890abcdef12345678"
+SUMMARY = "step out (log) ran 1 time(s) in 1.5 ms, 1 message(s) out"
+
+
+def _executions(url: str) -> list[tuple[Any, ...]]:
+    """Every execution as the model reads it, and every log message."""
+
+    def read(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        rows = conn.execute(
+            sa.select(*(getattr(Execution, c) for c in _EXECUTION_COLUMNS)).order_by(Execution.id)
+        ).all()
+        messages = conn.execute(sa.select(LogEntry.message).order_by(LogEntry.id)).scalars().all()
+        # Sorted here: a stored id of another form (text) sorts before the BLOBs in SQL.
+        return [*sorted(tuple(r) for r in rows), tuple(messages)]
+
+    return _in_sync(url, read)
+
+
+def _execution_cells(url: str) -> list[tuple[Any, ...]]:
+    def read(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        names = ", ".join(
+            f"typeof({c})" for c in ("id", "tenant", "owner_user", "retry_of", "created_at", "started_at")
+        )
+        return [
+            tuple(r)
+            for r in conn.exec_driver_sql(f"SELECT {names}, queue_group FROM executions ORDER BY rowid")
+        ]
+
+    return _in_sync(url, read)
+
+
+def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None:
+    """0026: on SQLite an execution's own ids become 12 bytes (the flow's stays text), its times
+    integers, a finished one's queue group goes, long log messages are packed. The values read
+    through the model are those written before (but the finished rows' groups), the filters
+    find them, and down to 0025 gives the text back."""
+    sqlite = empty_url.startswith("sqlite")
+    migrate.upgrade(empty_url, "0025")
+    _fill(empty_url)
+    when = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+
+    def more(conn: sa.Connection) -> None:
+        stamp: Any = when.replace(tzinfo=None).isoformat(sep=" ") if sqlite else when
+        conn.execute(
+            sa.text(
+                "UPDATE executions SET queue_group = 'g', started_at = :c, finished_at = :c,"
+                " retry_of = :r WHERE status != 'queued'"
+            ),
+            {"c": stamp, "r": f"{1:024x}"},
+        )
+        conn.execute(sa.text("UPDATE executions SET queue_group = 'g' WHERE status = 'queued'"))
+        conn.execute(
+            sa.text("UPDATE executions SET scheduled_for = :c WHERE id = :first"),
+            {"c": stamp, "first": f"{0:024x}"},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO executions (id, flow_id, flow_version, tenant, owner_user, trigger, status,"
+                " created_at, attempts, queue_group)"
+                " VALUES (:id, :f, 1, :t, 'E-1', 'manual', 'running', :c, 1, 'g')"
+            ),
+            {"id": "exec-of-another-form", "f": FLOW, "t": HEX_TENANT, "c": stamp},
+        )
+        conn.execute(
+            sa.text("INSERT INTO logs (timestamp, level, message) VALUES (:c, 'info', :m)"),
+            {"c": time_cell(when) if sqlite else when, "m": SUMMARY},
+        )
+        conn.commit()
+
+    _in_sync(empty_url, more)
+    before = _executions(empty_url)
+    raw_before = _execution_cells(empty_url) if sqlite else None
+    migrate.upgrade(empty_url, "0026")
+    after = _executions(empty_url)
+    # SQLite: a finished row's group is cleared (PostgreSQL keeps the old rows' groups).
+    finished = {("failed", "g"), ("succeeded", "g")} if sqlite else set()
+    expected = [
+        (*row[:-1], None if (row[-2], row[-1]) in finished else row[-1]) if i < len(before) - 1 else row
+        for i, row in enumerate(before)
+    ]
+    assert after == expected
+    assert after[-1][-1] == SUMMARY
+    if sqlite:
+        kinds = {c[:-1] for c in _execution_cells(empty_url)}
+        # Hex ids as bytes (the fill's tenants "ttt…" and "uuu…", the odd row's id and owner stay
+        # text), times as integers.
+        assert kinds == {
+            ("blob", "text", "blob", "null", "integer", "null"),  # queued, of "ttt…"
+            ("blob", "text", "blob", "blob", "integer", "integer"),  # failed, of "uuu…"
+            ("blob", "null", "blob", "blob", "integer", "integer"),  # succeeded, of none
+            ("text", "blob", "text", "null", "integer", "null"),  # the odd one, running
+        }, kinds
+        messages = _in_sync(
+            empty_url,
+            lambda conn: conn.exec_driver_sql("SELECT DISTINCT typeof(message) FROM logs").scalars().all(),
+        )
+        assert sorted(messages) == ["blob", "text"]  # the summary packed, "ran" as it was
+
+    def found(conn: sa.Connection) -> dict[str, int]:
+        def count(*where: Any) -> int:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(Execution).where(*where)).scalar_one()
+            )
+
+        return {
+            "one": count(Execution.id == f"{4:024x}"),
+            "odd": count(Execution.id == "exec-of-another-form", Execution.tenant == HEX_TENANT),
+            "t1": count(Execution.tenant == T1),
+            "loner": count(Execution.owner_user == LONER),
+            "retries": count(Execution.retry_of == f"{1:024x}"),
+            "since": count(Execution.finished_at >= when),
+            "scheduled": count(Execution.flow_id == FLOW, Execution.scheduled_for == when),
+            "grouped": count(Execution.queue_group == "g"),
+        }
+
+    assert _in_sync(empty_url, found) == {
+        "grouped": 11 if sqlite else 31,  # the queued rows and the running one
+        "one": 1,
+        "odd": 1,
+        "t1": 10,
+        "loner": 30,
+        "retries": 20,
+        "since": 20,
+        "scheduled": 1,
+    }
+    migrate.downgrade(empty_url, "0025")
+    assert _executions(empty_url) == expected
+    if sqlite:
+        down = _execution_cells(empty_url)
+        assert {c[:-1] for c in down} == {c[:-1] for c in raw_before or []}
+        assert all(c[4] == "text" for c in down)
+    migrate.upgrade(empty_url, "0026")
+    assert _executions(empty_url) == expected

@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import sqlite3
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from flowyard.clock import utcnow
 from flowyard.components.registry import Registry
 from flowyard.config import Settings
 from flowyard.db import migrate
+from flowyard.db.compact import id_cell, time_cell
 from flowyard.db.session import Database
 from flowyard.executions.service import steps_of
 from flowyard.flows import service as flows
@@ -168,11 +169,12 @@ def test_check_command_exit_status_and_json(tmp_path: Path) -> None:
     body = json.loads(out.stdout)
     assert body["ok"] is True and body["checks"]["schema"]["revision"] == migrate.script_head()
     conn = sqlite3.connect(tmp_path / "flowyard.db")
+    # The stored forms (flowyard.db.compact): the id as 12 bytes, the times as microseconds.
+    start = datetime(2026, 1, 1, tzinfo=UTC)
     conn.execute(
         "INSERT INTO executions (id, flow_id, flow_version, trigger, status, created_at, attempts, "
-        "lease_owner, lease_expires_at) VALUES (?, ?, 1, 'cron', 'running', '2026-01-01 00:00:00.000000', "
-        "1, 'gone', '2026-01-01 00:00:30.000000')",
-        (new_id(), new_id()),
+        "lease_owner, lease_expires_at) VALUES (?, ?, 1, 'cron', 'running', ?, 1, 'gone', ?)",
+        (id_cell(new_id()), new_id(), time_cell(start), time_cell(start + timedelta(seconds=30))),
     )
     conn.commit()
     conn.close()
@@ -187,8 +189,12 @@ async def _bad_cell(db: Database, table: str, column: str, key: object, text: st
     what PostgreSQL's json type takes but orjson does not (1e400, a lone surrogate escape)."""
     value = ":v" if db.is_sqlite else "CAST(CAST(:v AS text) AS json)"
     async with db.write() as session:
+        key_type = Execution.id.type if table == "executions" else sa.Integer()  # compact on SQLite
         await session.execute(
-            sa.text(f"UPDATE {table} SET {column} = {value} WHERE id = :k"), {"v": text, "k": key}
+            sa.text(f"UPDATE {table} SET {column} = {value} WHERE id = :k").bindparams(
+                sa.bindparam("k", type_=key_type)
+            ),
+            {"v": text, "k": key},
         )
 
 
@@ -210,7 +216,10 @@ async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp
         # A packed steps document (db/packed.py) whose deflate stream is broken.
         async with db.write() as session:
             await session.execute(
-                sa.text("UPDATE executions SET steps = :v WHERE id = :k"), {"v": b"\x01\xff\xfe", "k": done}
+                sa.text("UPDATE executions SET steps = :v WHERE id = :k").bindparams(
+                    sa.bindparam("k", type_=Execution.id.type)
+                ),
+                {"v": b"\x01\xff\xfe", "k": done},
             )
 
     report = await check(settings)
@@ -277,8 +286,8 @@ def test_check_command_names_and_quarantines_unreadable_cells(tmp_path: Path) ->
     conn = sqlite3.connect(tmp_path / "flowyard.db")
     conn.execute(
         "INSERT INTO executions (id, flow_id, flow_version, trigger, status, created_at, attempts, input) "
-        "VALUES (?, ?, 1, 'webhook', 'queued', '2026-01-01 00:00:00.000000', 0, 'Inf')",
-        (eid, new_id()),
+        "VALUES (?, ?, 1, 'webhook', 'queued', ?, 0, 'Inf')",
+        (id_cell(eid), new_id(), time_cell(datetime(2026, 1, 1, tzinfo=UTC))),
     )
     conn.commit()
     conn.close()

@@ -2,7 +2,8 @@
 
 A log entry repeats its tenant, flow and execution (each a 24-hex-digit id, 25 bytes as text)
 and its time (a 26-character text), in the row and again in each index that leads with them:
-most of an entry's bytes. On SQLite:
+most of an entry's bytes. An execution repeats its own id, tenant and user owner in up to eight
+list indexes, and has six times. On SQLite:
 
 - ``CompactId``: an id of flowyard's own form (``flowyard.ids``: 24 lowercase hex digits) is
   stored as its 12 bytes, a BLOB; any other text (a user id an operator named, an old id of
@@ -16,9 +17,13 @@ most of an entry's bytes. On SQLite:
   Order is time order, as the text's was.
 
 PostgreSQL keeps its own types (``varchar``, ``timestamptz``): both are already compact there.
-Every writer of these columns goes through SQLAlchemy's types (``logs.append``, the prepared
-cursor path converts with the same processors), never raw SQL; migration 0025 converted the
-cells stored before. The stored forms are frozen: a new form is a new type and a migration.
+Every writer of these columns goes through SQLAlchemy's types (``logs.append``, the queue; the
+prepared cursor path converts with the same processors), never raw SQL; a ``text()`` statement
+that binds or reads one names the column's type (``queue/store.py``), and a UNION's cells are
+read with it (``executions/service.py``). Only a column that SQL compares with no other table's
+text column may be compact: ``executions.flow_id`` stays text (``flows.id``,
+``flow_owners.flow_id``). Migrations 0025 (logs) and 0026 (executions) converted the cells
+stored before. The stored forms are frozen: a new form is a new type and a migration.
 """
 
 from __future__ import annotations

@@ -138,3 +138,66 @@ class PackedJson(sa.types.TypeDecorator[Any]):
         if dialect.name != "sqlite":
             return value
         return unpack(value)
+
+
+# A log entry's message (``logs.message``), stored compressed on SQLite the same way: the
+# engine's messages repeat a few phrases (the runner's step summary above all, ~60 bytes of
+# text in each of an execution's entries, ~15 packed). A cell is either text (a message that
+# packing would not shorten, or one stored before migration 0026) or a BLOB of
+# ``TEXT_DEFLATED_V1`` and the message's UTF-8 deflated against ``_TEXT_ZDICT``. Never change
+# the dictionary: a new one is a new version byte, and this one stays for reading.
+TEXT_DEFLATED_V1 = 1
+_TEXT_ZDICT = (
+    b"tick  skipped: the previous run of the flow has not finished"
+    b"error flow  not started: it execution  failed: step  attempt  of  failed: "
+    b" (http) (code) (jsonata) (log) (webhook) ran 1 time(s) in 0.0 ms, 1 message(s) out, 2 attempts"
+    b"step  (webhook) ran 1 time(s) in 0.1 ms, 1 message(s) out"
+)
+UNREADABLE_TEXT = "(this message could not be read from the database)"
+# memLevel 1: the same bytes for messages this short, and a copy of the state costs ~2 µs, not ~5.
+_TEXT_PROTO = zlib.compressobj(9, zlib.DEFLATED, _WBITS, 1, zlib.Z_DEFAULT_STRATEGY, _TEXT_ZDICT)
+
+
+def pack_text(value: str) -> str | bytes:
+    """The SQLite cell of a message: deflated when that is shorter, else the text itself."""
+    body = value.encode()
+    if len(body) > 16:
+        deflater = _TEXT_PROTO.copy()
+        packed = deflater.compress(body) + deflater.flush()
+        if len(packed) + 1 < len(body):
+            return bytes((TEXT_DEFLATED_V1,)) + packed
+    return value
+
+
+def unpack_text(cell: Any) -> Any:
+    """A stored message: text as it is; a packed BLOB inflated. A BLOB that cannot be read is
+    served as a placeholder with a warning (it fails alone, as a JSON cell does)."""
+    if not isinstance(cell, bytes | bytearray | memoryview):
+        return cell
+    raw = bytes(cell)
+    try:
+        if not raw or raw[0] != TEXT_DEFLATED_V1:
+            raise ValueError(f"an unknown version byte {raw[:1]!r}")
+        inflater = zlib.decompressobj(_WBITS, _TEXT_ZDICT)
+        body = inflater.decompress(raw[1:]) + inflater.flush()
+        if not inflater.eof:
+            raise ValueError("a truncated deflate stream")
+        return body.decode()
+    except (ValueError, zlib.error) as exc:  # UnicodeDecodeError is a ValueError
+        log.warning("a stored packed message could not be read (%s)", exc)
+        return UNREADABLE_TEXT
+
+
+class PackedText(sa.types.TypeDecorator[str]):
+    """``Text``; on SQLite a message is stored as ``pack_text``'s cell."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if dialect.name != "sqlite" or not isinstance(value, str):
+            return value
+        return pack_text(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return unpack_text(value)

@@ -113,8 +113,12 @@ async def _scope(
     value: Any = sa.literal_column("value")
 
     def tagged(tag: str, query: sa.Select[Any]) -> sa.Select[Any]:
+        # Read as a recorded tenant: a UNION's cells take no column's type, and a tenant is
+        # stored compactly on SQLite (db/compact.py; a flow id's text reads as it is).
         inner = query.subquery()
-        return sa.select(sa.literal(tag).label("kind"), inner.c[0].label("value"))
+        return sa.select(
+            sa.literal(tag).label("kind"), sa.type_coerce(inner.c[0], Execution.tenant.type).label("value")
+        )
 
     tenants = dialect.distinct_values(Execution.tenant, mine, cap=_OWN_TENANT_ARMS + 2)
     none = sa.select(sa.literal(None, sa.String)).where(sa.exists().where(mine, Execution.tenant.is_(None)))

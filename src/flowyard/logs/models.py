@@ -10,7 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, partial_index
 from flowyard.db.compact import CompactId, CompactTime
-from flowyard.db.packed import PackedJson
+from flowyard.db.packed import PackedJson, PackedText
 
 # The entries ``showErrors`` lists: the predicate of their partial index and of the query that
 # reads it (written as SQL text: a bound value would not match the index's predicate).
@@ -27,7 +27,8 @@ class LogEntry(Base):
     # The ids and the time each entry repeats are stored compactly on SQLite (db/compact.py).
     timestamp: Mapped[datetime] = mapped_column(CompactTime(), nullable=False, index=True)
     level: Mapped[str] = mapped_column(sa.String(8), nullable=False)
-    message: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    # On SQLite packed (db/packed.py): the engine's messages repeat a few phrases.
+    message: Mapped[str] = mapped_column(PackedText, nullable=False)
     tenant: Mapped[str | None] = mapped_column(CompactId(64))
     # The flow's user owner, for the entries of no tenant only (logs.append): lets callers
     # without a tenant read their own flows' logs. An entry of a tenant is read by its tenant

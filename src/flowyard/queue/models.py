@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from flowyard.db.base import Base, Id, JsonValue, UTCDateTime, partial_index
+from flowyard.db.compact import CompactId, CompactTime
 from flowyard.db.packed import PackedJson
 
 # How long a webhook Idempotency-Key answers with the first execution.
@@ -28,14 +29,17 @@ QUEUED_ROWS, RUNNING_ROWS = "status = 'queued'", "status = 'running'"
 class Execution(Base):
     __tablename__ = "executions"
 
-    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    # The ids and times an execution repeats in its row and in its list indexes are stored
+    # compactly on SQLite (db/compact.py): 12 bytes for an id, an integer for a time. Not
+    # ``flow_id``: SQL compares it with ``flows.id`` and ``flow_owners.flow_id`` (text).
+    id: Mapped[str] = mapped_column(CompactId(24), primary_key=True)
     # No foreign key: history and counts outlive a deleted flow.
     flow_id: Mapped[str] = mapped_column(Id, nullable=False)
     flow_version: Mapped[int] = mapped_column(sa.Integer, nullable=False)
     # The flow's version (flows.history_version, SPEC §12) it ran; served as ``flowVersion``.
     history_version: Mapped[int | None] = mapped_column(sa.Integer)
-    tenant: Mapped[str | None] = mapped_column(sa.String(64))
-    owner_user: Mapped[str | None] = mapped_column(sa.String(64))
+    tenant: Mapped[str | None] = mapped_column(CompactId(64))
+    owner_user: Mapped[str | None] = mapped_column(CompactId(64))
     trigger: Mapped[str] = mapped_column(sa.String(16), nullable=False)  # webhook | cron | manual
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False)
     input: Mapped[Any] = mapped_column(JsonValue, nullable=True)
@@ -45,25 +49,26 @@ class Execution(Base):
     # On SQLite packed: deflated against a dictionary of its keys (db/packed.py).
     steps: Mapped[Any] = mapped_column(PackedJson, nullable=True, deferred=True)
     error: Mapped[str | None] = mapped_column(sa.Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(CompactTime(), nullable=False)
+    started_at: Mapped[datetime | None] = mapped_column(CompactTime())
+    finished_at: Mapped[datetime | None] = mapped_column(CompactTime())
     # A cron tick's time: (flow_id, scheduled_for) is unique, so however many
     # schedulers run, one tick makes one execution.
-    scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    scheduled_for: Mapped[datetime | None] = mapped_column(CompactTime())
     attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
     lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    lease_expires_at: Mapped[datetime | None] = mapped_column(CompactTime())
     # Who shares fairly in the queue: "t:<tenant>", or "u:<owner user>" for tenantless flows.
+    # Cleared when the execution finishes (queue/status.py): only queued and running rows read it.
     queue_group: Mapped[str | None] = mapped_column(sa.String(80))
     # Waiting (SPEC §11): when a parked execution is due; the continuation it (or a replay)
     # starts from (flowyard.queue.continuation). Deferred: lists do not read the state.
-    resume_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    resume_at: Mapped[datetime | None] = mapped_column(CompactTime())
     state: Mapped[Any] = mapped_column(JsonValue, nullable=True, deferred=True)
     # Replays name their origin; a sub-flow's execution names its caller's.
-    retry_of: Mapped[str | None] = mapped_column(Id)
-    rerun_of: Mapped[str | None] = mapped_column(Id)
-    parent_execution_id: Mapped[str | None] = mapped_column(Id)
+    retry_of: Mapped[str | None] = mapped_column(CompactId(24))
+    rerun_of: Mapped[str | None] = mapped_column(CompactId(24))
+    parent_execution_id: Mapped[str | None] = mapped_column(CompactId(24))
 
     __table_args__ = (
         sa.UniqueConstraint("flow_id", "scheduled_for"),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -90,8 +90,17 @@ def update(
     executemany whose rows move to different states: each row's value then goes through
     :func:`check` where it is bound."""
     sources = [ExecutionStatus(frm)] if isinstance(frm, str) else [ExecutionStatus(f) for f in frm]
-    if not isinstance(to, sa.BindParameter):
+    group: sa.ColumnElement[Any] | None
+    if isinstance(to, sa.BindParameter):
+        # Each row's own status decides (constants, not an IN list: an executemany binds no list).
+        finishing = [(to == sa.literal_column(f"'{s}'"), sa.null()) for s in FINISHED]
+        group = sa.case(*finishing, else_=_EXECUTIONS.c.queue_group)
+    else:
         for source in sources:
             check(source, to)
+        group = sa.null() if to in FINISHED else None
     where = _EXECUTIONS.c.status == sources[0] if len(sources) == 1 else _EXECUTIONS.c.status.in_(sources)
-    return sa.update(_EXECUTIONS).where(where).values(status=to)
+    stmt = sa.update(_EXECUTIONS).where(where).values(status=to)
+    # A finished execution leaves the queue: its fair-share group (read for queued and running
+    # rows only) is not kept in the history.
+    return stmt if group is None else stmt.values(queue_group=group)

@@ -24,7 +24,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from flowyard import isolate
 from flowyard.clock import utcnow
 from flowyard.db import packed
-from flowyard.db.base import UTCDateTime
 from flowyard.db.dialect import dialect_name, insert_ignore
 from flowyard.db.prepared import Prepared, insert_into
 from flowyard.flows.models import Flow
@@ -195,7 +194,7 @@ _QUEUED_GROUPS = Prepared(
                  WHERE e.status = 'queued' AND e.queue_group = g.grp ORDER BY e.id LIMIT 1)
     FROM g WHERE grp IS NOT NULL
     """
-    )
+    ).columns(sa.column("grp", Execution.queue_group.type), sa.column("id", Execution.id.type))
 )
 
 
@@ -765,23 +764,33 @@ async def complete(
 # ix_executions_waiting_due (status = 'waiting' spelled as a literal so both planners match
 # the index's predicate). PostgreSQL skips rows another resumer holds; SQLite's write
 # transaction is the only writer, and INDEXED BY makes the plan the index or an error.
-_DUE_PG = sa.text(
-    "SELECT id FROM executions WHERE status = 'waiting' AND resume_at <= :now "
-    "ORDER BY resume_at LIMIT :n FOR UPDATE SKIP LOCKED"
-).bindparams(sa.bindparam("now", type_=UTCDateTime()))
-_DUE_SQLITE = sa.text(
-    "SELECT id FROM executions INDEXED BY ix_executions_waiting_due "
-    "WHERE status = 'waiting' AND resume_at <= :now ORDER BY resume_at LIMIT :n"
-).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+# The values and cells pass through the columns' own types (ids and times compact on SQLite).
+_DUE_ROWS = (sa.bindparam("now", type_=Execution.resume_at.type), sa.column("id", Execution.id.type))
+_DUE_PG = (
+    sa.text(
+        "SELECT id FROM executions WHERE status = 'waiting' AND resume_at <= :now "
+        "ORDER BY resume_at LIMIT :n FOR UPDATE SKIP LOCKED"
+    )
+    .bindparams(_DUE_ROWS[0])
+    .columns(_DUE_ROWS[1])
+)
+_DUE_SQLITE = (
+    sa.text(
+        "SELECT id FROM executions INDEXED BY ix_executions_waiting_due "
+        "WHERE status = 'waiting' AND resume_at <= :now ORDER BY resume_at LIMIT :n"
+    )
+    .bindparams(_DUE_ROWS[0])
+    .columns(_DUE_ROWS[1])
+)
 _NEXT_DUE = sa.text("SELECT min(resume_at) FROM executions WHERE status = 'waiting'").columns(
-    sa.column("m", UTCDateTime())
+    sa.column("m", Execution.resume_at.type)
 )
 _NEXT_DUE_SQLITE = sa.text(
     "SELECT min(resume_at) FROM executions INDEXED BY ix_executions_waiting_due WHERE status = 'waiting'"
-).columns(sa.column("m", UTCDateTime()))
+).columns(sa.column("m", Execution.resume_at.type))
 
 
-def due_query(session: AsyncSession) -> sa.TextClause:
+def due_query(session: AsyncSession) -> sa.TextualSelect:
     """The statement ``resume_due`` selects with (bench/waiting.py prints its plan)."""
     return _DUE_PG if dialect_name(session) == "postgresql" else _DUE_SQLITE
 
