@@ -19,8 +19,10 @@ import sqlalchemy as sa
 
 from flowyard.db import migrate
 from flowyard.db.compact import time_cell
+from flowyard.db.dialect import insert_ignore_for
+from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
-from flowyard.queue.models import Execution
+from flowyard.queue.models import SCHEDULED, Execution
 from tests.migrations.test_list_indexes import FLOW, LONER, T1, T2, _fill, _state
 from tests.migrations.test_migrations import _in_sync, empty_url
 
@@ -272,6 +274,46 @@ def _execution_cells(url: str) -> list[tuple[Any, ...]]:
     return _in_sync(url, read)
 
 
+def _tick_twice(url: str) -> tuple[int, str]:
+    """Insert one cron tick twice (ON CONFLICT DO NOTHING as the scheduler does, or a plain
+    INSERT): how many rows it made, and the name of the unique index or constraint that refused
+    the second. Rolled back."""
+
+    def run(conn: sa.Connection) -> tuple[int, str]:
+        row = {
+            "id": new_id(),
+            "flow_id": FLOW,
+            "flow_version": 1,
+            "trigger": "cron",
+            "status": "queued",
+            "created_at": datetime(2026, 12, 8, tzinfo=UTC),
+            "scheduled_for": datetime(2026, 12, 8, tzinfo=UTC),
+            "attempts": 0,
+        }
+        conn.execute(sa.insert(Execution).values(**row))
+        table = Execution.__table__
+        again = {**row, "id": new_id()}
+        # The scheduler's statement at head; before 0026, the constraint's plain conflict target.
+        index_where = sa.text(SCHEDULED) if migrate.current_revision(conn) == "0026" else None
+        stmt = insert_ignore_for(conn.dialect.name, table, ["flow_id", "scheduled_for"], index_where)
+        conn.execute(stmt.values(**again))
+        made = int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(Execution).where(Execution.trigger == "cron")
+            ).scalar_one()
+        )
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(Execution).values(**again))
+            refused = ""
+        except sa.exc.IntegrityError as exc:
+            refused = "uq_executions_flow_id_scheduled_for" if "scheduled_for" in str(exc) else str(exc)
+        conn.rollback()
+        return made, refused
+
+    return _in_sync(url, run)
+
+
 def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None:
     """0026: on SQLite an execution's own ids become 12 bytes (the flow's stays text), its times
     integers, a finished one's queue group goes, long log messages are packed. The values read
@@ -366,8 +408,24 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
         "since": 20,
         "scheduled": 1,
     }
+    assert _tick_twice(empty_url) == (1, "uq_executions_flow_id_scheduled_for")
+
+    def unique(conn: sa.Connection) -> list[tuple[Any, ...]]:
+        return [
+            (
+                ix["column_names"],
+                " ".join(str(v) for k, v in ix.get("dialect_options", {}).items() if "where" in k),
+            )
+            for ix in sa.inspect(conn).get_indexes("executions")
+            if ix["name"] == "uq_executions_flow_id_scheduled_for"
+        ]
+
+    # A partial index now: the rows of other triggers (no scheduled time) are not in it.
+    ((columns, where),) = _in_sync(empty_url, unique)
+    assert columns == ["flow_id", "scheduled_for"] and "scheduled_for IS NOT NULL" in where
     migrate.downgrade(empty_url, "0025")
     assert _executions(empty_url) == expected
+    assert _tick_twice(empty_url) == (1, "uq_executions_flow_id_scheduled_for")
     if sqlite:
         down = _execution_cells(empty_url)
         assert {c[:-1] for c in down} == {c[:-1] for c in raw_before or []}

@@ -22,11 +22,11 @@ NAMING_CONVENTION = {
 }
 
 
-def partial_index(name: str, *columns: str, where: str | sa.TextClause) -> sa.Index:
+def partial_index(name: str, *columns: str, where: str | sa.TextClause, unique: bool = False) -> sa.Index:
     """An index over the rows matching ``where`` only, with the same predicate on both
     databases (a query uses it only when its own WHERE holds that predicate as written)."""
     predicate = sa.text(where) if isinstance(where, str) else where
-    return sa.Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate)
+    return sa.Index(name, *columns, unique=unique, postgresql_where=predicate, sqlite_where=predicate)
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):

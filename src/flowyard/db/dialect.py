@@ -19,14 +19,21 @@ def dialect_name(session: AsyncSession) -> str:
     return session.get_bind().dialect.name
 
 
-def insert_ignore(session: AsyncSession, table: Any, index_elements: Sequence[str]) -> Any:
-    """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either database."""
-    return insert_ignore_for(dialect_name(session), table, index_elements)
+def insert_ignore(
+    session: AsyncSession, table: Any, index_elements: Sequence[str], index_where: Any = None
+) -> Any:
+    """INSERT ... ON CONFLICT (index_elements) [WHERE index_where] DO NOTHING, for either
+    database (``index_where``: the predicate of a partial unique index, as it declares it)."""
+    return insert_ignore_for(dialect_name(session), table, index_elements, index_where)
 
 
-def insert_ignore_for(dialect: str, table: Any, index_elements: Sequence[str]) -> Any:
+def insert_ignore_for(
+    dialect: str, table: Any, index_elements: Sequence[str], index_where: Any = None
+) -> Any:
     """``insert_ignore`` for a dialect named (a statement built once per dialect)."""
-    return dialect_insert(dialect, table).on_conflict_do_nothing(index_elements=list(index_elements))
+    return dialect_insert(dialect, table).on_conflict_do_nothing(
+        index_elements=list(index_elements), index_where=index_where
+    )
 
 
 def dialect_insert(dialect: str, table: Any) -> Any:

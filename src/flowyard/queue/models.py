@@ -24,6 +24,9 @@ _TENANT, _TENANTLESS = "tenant IS NOT NULL", "tenant IS NULL"
 # them (``sa.text``): a partial index serves a query only when the query's WHERE holds its
 # predicate as written, and a bound value does not (SQLite's planner, PostgreSQL's generic plans).
 QUEUED_ROWS, RUNNING_ROWS = "status = 'queued'", "status = 'running'"
+# The rows of a cron tick (the others have no scheduled time): the predicate of the unique index
+# that makes a tick one execution, and of the ``ON CONFLICT`` that relies on it (queue/store.py).
+SCHEDULED = "scheduled_for IS NOT NULL"
 
 
 class Execution(Base):
@@ -53,7 +56,7 @@ class Execution(Base):
     started_at: Mapped[datetime | None] = mapped_column(CompactTime())
     finished_at: Mapped[datetime | None] = mapped_column(CompactTime())
     # A cron tick's time: (flow_id, scheduled_for) is unique, so however many
-    # schedulers run, one tick makes one execution.
+    # schedulers run, one tick makes one execution (``SCHEDULED_TICK``).
     scheduled_for: Mapped[datetime | None] = mapped_column(CompactTime())
     attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
     lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
@@ -71,7 +74,11 @@ class Execution(Base):
     parent_execution_id: Mapped[str | None] = mapped_column(CompactId(24))
 
     __table_args__ = (
-        sa.UniqueConstraint("flow_id", "scheduled_for"),
+        # One execution per cron tick. Partial: the executions of other triggers (nearly all)
+        # have no scheduled time and are not in it (a NULL was never a duplicate anyway).
+        partial_index(
+            "uq_executions_flow_id_scheduled_for", "flow_id", "scheduled_for", where=SCHEDULED, unique=True
+        ),
         # Claim: the oldest queued rows. Reaper: the running rows (few), each lease read from
         # the row. An administrator's ``filter[status]``.
         sa.Index("ix_executions_status_id", "status", "id"),

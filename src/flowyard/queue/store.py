@@ -34,7 +34,7 @@ from flowyard.logs.append import append as append_logs
 from flowyard.logs.append import entry as log_entry
 from flowyard.queue import counters, steps, subflows
 from flowyard.queue import status as execution_status
-from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS, Execution
+from flowyard.queue.models import QUEUED_ROWS, RUNNING_ROWS, SCHEDULED, Execution
 from flowyard.queue.records import Claimed, Outcome, StepRecord  # noqa: F401 - re-exported
 from flowyard.queue.status import UNFINISHED, ExecutionStatus
 
@@ -136,7 +136,9 @@ async def enqueue(
     if skip_duplicates:
         kept = []
         for e, row in zip(items, rows, strict=True):
-            stmt = insert_ignore(session, Execution, ["flow_id", "scheduled_for"]).values(**row)
+            stmt = insert_ignore(session, Execution, ["flow_id", "scheduled_for"], sa.text(SCHEDULED)).values(
+                **row
+            )
             result = await session.execute(stmt)
             if result.rowcount == 1:  # type: ignore[attr-defined]
                 kept.append(e)

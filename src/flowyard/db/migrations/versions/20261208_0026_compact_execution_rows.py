@@ -15,6 +15,11 @@ Storage per execution (issue 19), after 0025 did the same for ``logs``. From thi
   against a dictionary of the engine's phrases shortens is stored as a BLOB of a version byte
   (1) and the deflated UTF-8.
 
+- The unique ``(flow_id, scheduled_for)`` that makes a cron tick one execution becomes a
+  partial unique index over the rows that have a scheduled time (a tick's): the executions of
+  other triggers, nearly all, are no longer in it (~40 bytes each on SQLite). On SQLite the
+  table is copied to drop the constraint (SQLite's own procedure); PostgreSQL drops it.
+
 This migration converts the cells stored before on SQLite, batch by batch in rowid order, to
 the forms the types write (copied here: a migration's code is frozen, and so are the stored
 forms). PostgreSQL: nothing changes (``varchar`` and ``timestamptz`` are compact there; the
@@ -164,13 +169,65 @@ def _messages(*, forward: bool) -> None:
             conn.exec_driver_sql("UPDATE logs SET message = ? WHERE rowid = ?", changed)
 
 
+_UNIQUE = "uq_executions_flow_id_scheduled_for"
+_CONSTRAINT = f"CONSTRAINT {_UNIQUE} UNIQUE (flow_id, scheduled_for)"
+_SCHEDULED = "scheduled_for IS NOT NULL"
+
+
+def _rebuild(conn: sa.Connection, *, constraint: bool) -> None:
+    """SQLite: the table again with or without its unique constraint (SQLite drops or adds a
+    table constraint only by copying the table): SQLite's documented procedure, with the
+    table's and its indexes' own SQL as they are stored."""
+    (table_sql,) = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'executions'"
+    ).one()
+    index_sqls = [
+        sql
+        for (sql,) in conn.exec_driver_sql(
+            "SELECT sql FROM sqlite_schema"
+            " WHERE type = 'index' AND tbl_name = 'executions' AND sql IS NOT NULL"
+        )
+    ]
+    if constraint:
+        body = table_sql.rstrip().removesuffix(")").rstrip()
+        new_sql = f"{body}, \n\t{_CONSTRAINT}\n)"
+    else:
+        new_sql, n = re.subn(r",\s*" + re.escape(_CONSTRAINT), "", table_sql)
+        if n != 1:
+            raise RuntimeError(f"executions: {_CONSTRAINT} not found in its table's SQL")
+    new_sql = new_sql.replace('CREATE TABLE "executions"', 'CREATE TABLE "executions_rebuilt"', 1)
+    conn.exec_driver_sql(new_sql)
+    conn.exec_driver_sql("INSERT INTO executions_rebuilt SELECT * FROM executions")
+    conn.exec_driver_sql("DROP TABLE executions")
+    conn.exec_driver_sql("ALTER TABLE executions_rebuilt RENAME TO executions")
+    for sql in index_sqls:
+        conn.exec_driver_sql(sql)
+
+
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
+    conn = op.get_bind()
+    if conn.dialect.name == "sqlite":
         _executions(forward=True)
         _messages(forward=True)
+        _rebuild(conn, constraint=False)
+    else:
+        op.drop_constraint(_UNIQUE, "executions", type_="unique")
+    op.create_index(
+        _UNIQUE,
+        "executions",
+        ["flow_id", "scheduled_for"],
+        unique=True,
+        sqlite_where=sa.text(_SCHEDULED),
+        postgresql_where=sa.text(_SCHEDULED),
+    )
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
+    conn = op.get_bind()
+    op.drop_index(_UNIQUE, table_name="executions")
+    if conn.dialect.name == "sqlite":
+        _rebuild(conn, constraint=True)
         _executions(forward=False)
         _messages(forward=False)
+    else:
+        op.create_unique_constraint(_UNIQUE, "executions", ["flow_id", "scheduled_for"])
