@@ -80,7 +80,8 @@ def test_backup_under_webhook_load_holds_every_acknowledged_execution(tmp_path: 
     conn = sqlite3.connect(restored / "flowyard.db")
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        ids = {r[0] for r in conn.execute("SELECT id FROM executions")}
+        # Stored as 12 bytes (flowyard.db.compact): the hex is the id.
+        ids = {r[0].hex() for r in conn.execute("SELECT id FROM executions")}
     finally:
         conn.close()
     missing = set(before) - ids
