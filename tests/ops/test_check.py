@@ -26,7 +26,7 @@ from flowyard.flows import service as flows
 from flowyard.iam.principal import Principal
 from flowyard.ids import new_id
 from flowyard.logs.models import LogEntry
-from flowyard.ops.check import Report, check
+from flowyard.ops.check import _PAGE, Report, check, find_bad_cells
 from flowyard.queue.models import Execution
 from tests.cli.test_cli import run
 from tests.conftest import flow_body
@@ -196,6 +196,32 @@ async def _bad_cell(db: Database, table: str, column: str, key: object, text: st
             ),
             {"v": text, "k": key},
         )
+
+
+async def test_the_cell_scan_reads_past_its_first_page(db: Database) -> None:
+    """The scan pages by key: each page after the last key read, bound as the key's own type
+    (an execution id is 12 bytes on SQLite; bound as text, every BLOB is "after" it, so the scan
+    read its first page forever). A bad cell in the third page is found, once."""
+    now = utcnow()
+    rows = [
+        {
+            "id": new_id(),
+            "flow_id": new_id(),
+            "flow_version": 1,
+            "trigger": "webhook",
+            "status": "succeeded",
+            "created_at": now,
+            "attempts": 1,
+            "input": {"n": i},
+        }
+        for i in range(2 * _PAGE + 5)
+    ]
+    async with db.write() as session:
+        await session.execute(sa.insert(Execution), rows)
+    last = rows[-2]["id"]
+    await _bad_cell(db, "executions", "input", last, "Inf" if db.is_sqlite else "1e400")
+    bad = await asyncio.wait_for(find_bad_cells(db), timeout=120)
+    assert [(c.table, c.key, c.column) for c in bad] == [("executions", last, "input")]
 
 
 async def test_unreadable_json_cells_are_named_and_quarantined(db: Database, tmp_path: Path) -> None:

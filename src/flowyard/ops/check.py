@@ -301,7 +301,10 @@ async def find_bad_cells(db: Database) -> list[BadCell]:
         while True:
             query = sa.select(*keys, *raw).order_by(*keys).limit(_PAGE)
             if last is not None:
-                query = query.where(sa.tuple_(*keys) > sa.tuple_(*last))
+                # Bound as the keys' own types: a compact id (db/compact.py) is compared as the
+                # bytes it is stored as, never as its text (a BLOB sorts after every text).
+                after = [sa.literal(v, type_=k.type) for k, v in zip(keys, last, strict=True)]
+                query = query.where(sa.tuple_(*keys) > sa.tuple_(*after))
             async with db.read() as session:
                 rows = (await session.execute(query)).all()
             for row in rows:
