@@ -123,8 +123,11 @@ def main() -> None:
 
     from datetime import datetime
 
-    def ts(v: str) -> float:
-        return datetime.fromisoformat(v).timestamp()
+    from flowyard.db.compact import time_of
+
+    def ts(v: str | int) -> float:
+        # Stored compactly on SQLite since 0026 (flowyard.db.compact): integer microseconds.
+        return time_of(v).timestamp() if isinstance(v, int) else datetime.fromisoformat(v).timestamp()
 
     if args.accept_only:
         print(
@@ -139,7 +142,7 @@ def main() -> None:
     lags = [ts(r[3]) - ts(r[2]) for r in done]
     first_created = min(ts(r[2]) for r in rows)
     last_finished = max(ts(r[3]) for r in done)
-    stored = {r[0] for r in rows}
+    stored = {r[0].hex() if isinstance(r[0], bytes) else r[0] for r in rows}  # 12-byte ids
     mode = f"?wait={args.wait:g} (answered 200 with the result)" if args.wait else "answered 202"
     print(
         f"clients {args.clients}, {load.seconds:.1f} s of load, {mode}, server on SQLite (synchronous=FULL)"

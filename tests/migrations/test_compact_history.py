@@ -236,10 +236,14 @@ _EXECUTION_COLUMNS = (
     "tenant",
     "owner_user",
     "retry_of",
+    "rerun_of",
+    "parent_execution_id",
     "created_at",
     "started_at",
     "finished_at",
     "scheduled_for",
+    "lease_expires_at",
+    "resume_at",
     "status",
     "queue_group",
 )
@@ -346,6 +350,23 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
             ),
             {"id": "exec-of-another-form", "f": FLOW, "t": HEX_TENANT, "c": stamp},
         )
+        # A waiting sub-flow (its due time, its caller) keeps its group; a cancelled re-run
+        # (its lease, its origin) does not.
+        for eid, status, extra in (
+            (f"{100:024x}", "waiting", "resume_at = :c, parent_execution_id = :o"),
+            (f"{101:024x}", "cancelled", "lease_expires_at = :c, rerun_of = :o, started_at = :c"),
+        ):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO executions (id, flow_id, flow_version, owner_user, trigger, status,"
+                    " created_at, attempts, queue_group) VALUES (:id, :f, 1, :u, 'manual', :s, :c, 1, 'g')"
+                ),
+                {"id": eid, "f": FLOW, "u": LONER, "s": status, "c": stamp},
+            )
+            conn.execute(
+                sa.text(f"UPDATE executions SET {extra} WHERE id = :id"),
+                {"c": stamp, "o": f"{2:024x}", "id": eid},
+            )
         conn.execute(
             sa.text("INSERT INTO logs (timestamp, level, message) VALUES (:c, 'info', :m)"),
             {"c": time_cell(when) if sqlite else when, "m": SUMMARY},
@@ -358,7 +379,7 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
     migrate.upgrade(empty_url, "0026")
     after = _executions(empty_url)
     # SQLite: a finished row's group is cleared (PostgreSQL keeps the old rows' groups).
-    finished = {("failed", "g"), ("succeeded", "g")} if sqlite else set()
+    finished = {("failed", "g"), ("succeeded", "g"), ("cancelled", "g")} if sqlite else set()
     expected = [
         (*row[:-1], None if (row[-2], row[-1]) in finished else row[-1]) if i < len(before) - 1 else row
         for i, row in enumerate(before)
@@ -374,6 +395,8 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
             ("blob", "text", "blob", "blob", "integer", "integer"),  # failed, of "uuu…"
             ("blob", "null", "blob", "blob", "integer", "integer"),  # succeeded, of none
             ("text", "blob", "text", "null", "integer", "null"),  # the odd one, running
+            ("blob", "null", "blob", "null", "integer", "null"),  # waiting, of none
+            ("blob", "null", "blob", "null", "integer", "integer"),  # cancelled, of none
         }, kinds
         messages = _in_sync(
             empty_url,
@@ -393,18 +416,22 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
             "t1": count(Execution.tenant == T1),
             "loner": count(Execution.owner_user == LONER),
             "retries": count(Execution.retry_of == f"{1:024x}"),
+            "rerun": count(Execution.rerun_of == f"{2:024x}", Execution.lease_expires_at == when),
+            "called": count(Execution.parent_execution_id == f"{2:024x}", Execution.resume_at == when),
             "since": count(Execution.finished_at >= when),
             "scheduled": count(Execution.flow_id == FLOW, Execution.scheduled_for == when),
             "grouped": count(Execution.queue_group == "g"),
         }
 
     assert _in_sync(empty_url, found) == {
-        "grouped": 11 if sqlite else 31,  # the queued rows and the running one
+        "grouped": 12 if sqlite else 33,  # the queued rows, the running one, the waiting one
         "one": 1,
         "odd": 1,
         "t1": 10,
-        "loner": 30,
+        "loner": 32,
         "retries": 20,
+        "rerun": 1,
+        "called": 1,
         "since": 20,
         "scheduled": 1,
     }
@@ -420,8 +447,11 @@ def test_execution_rows_become_compact_and_read_the_same(empty_url: str) -> None
             if ix["name"] == "uq_executions_flow_id_scheduled_for"
         ]
 
-    # A partial index now: the rows of other triggers (no scheduled time) are not in it.
+    # A partial index now: the rows of other triggers (no scheduled time) are not in it; the
+    # table constraint is gone.
     ((columns, where),) = _in_sync(empty_url, unique)
+    constraints = _in_sync(empty_url, lambda conn: sa.inspect(conn).get_unique_constraints("executions"))
+    assert constraints == []
     assert columns == ["flow_id", "scheduled_for"] and "scheduled_for IS NOT NULL" in where
     migrate.downgrade(empty_url, "0025")
     assert _executions(empty_url) == expected

@@ -56,7 +56,7 @@ class Execution(Base):
     started_at: Mapped[datetime | None] = mapped_column(CompactTime())
     finished_at: Mapped[datetime | None] = mapped_column(CompactTime())
     # A cron tick's time: (flow_id, scheduled_for) is unique, so however many
-    # schedulers run, one tick makes one execution (``SCHEDULED_TICK``).
+    # schedulers run, one tick makes one execution (``SCHEDULED``).
     scheduled_for: Mapped[datetime | None] = mapped_column(CompactTime())
     attempts: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=0)
     lease_owner: Mapped[str | None] = mapped_column(sa.String(64))

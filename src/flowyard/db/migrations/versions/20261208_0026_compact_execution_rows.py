@@ -196,6 +196,9 @@ def _rebuild(conn: sa.Connection, *, constraint: bool) -> None:
         if n != 1:
             raise RuntimeError(f"executions: {_CONSTRAINT} not found in its table's SQL")
     new_sql = new_sql.replace('CREATE TABLE "executions"', 'CREATE TABLE "executions_rebuilt"', 1)
+    # The driver opens a transaction only before a DML statement: on a database with nothing to
+    # convert, a CREATE TABLE commits on its own, and an interrupted run leaves the copy behind.
+    conn.exec_driver_sql("DROP TABLE IF EXISTS executions_rebuilt")
     conn.exec_driver_sql(new_sql)
     conn.exec_driver_sql("INSERT INTO executions_rebuilt SELECT * FROM executions")
     conn.exec_driver_sql("DROP TABLE executions")
@@ -224,7 +227,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     conn = op.get_bind()
-    op.drop_index(_UNIQUE, table_name="executions")
+    op.drop_index(_UNIQUE, table_name="executions", if_exists=True)  # re-runnable (see _rebuild)
     if conn.dialect.name == "sqlite":
         _rebuild(conn, constraint=True)
         _executions(forward=False)
