@@ -143,7 +143,7 @@ async def test_the_queue_group_is_kept_until_the_execution_finishes(db: Database
     # Outcomes, each row's own status bound in one executemany: a failed and a succeeded one.
     outcomes = [
         replace(_outcome(c), status=st, error=err)
-        for c, st, err in zip(claimed[1:], ("failed", "succeeded"), ("boom", None), strict=True)
+        for c, st, err in zip(claimed[1:], ("failed", "succeeded"), ("boom\x00", None), strict=True)
     ]
     async with db.write() as session:
         await queue.complete(session, outcomes, worker_id="w")
@@ -157,6 +157,11 @@ async def test_the_queue_group_is_kept_until_the_execution_finishes(db: Database
             ).all()
         )
     assert [got[i] for i in running] == ["cancelled", "failed", "succeeded"]
+    # The failure's text kept, its NUL as U+FFFD (db.base.QuotedText: PostgreSQL's text refused
+    # the whole outcome for it).
+    async with db.read() as session:
+        error = await session.scalar(sa.select(Execution.error).where(Execution.id == running[1]))
+    assert error == "boom\ufffd"
 
 
 # Any text, and text around the engine's phrases (which packs: db/packed.py's dictionary).
@@ -172,7 +177,7 @@ async def test_any_message_reads_back_through_the_api(
     client: httpx.AsyncClient, db: Database, admin: Account, messages: list[str]
 ) -> None:
     """A batch of entries with any message text (packed or not, as it comes out shorter) is
-    served back as written, newest first (a NUL character as U+FFFD: logs.append)."""
+    served back as written, newest first (a NUL character as U+FFFD: db.base.QuotedText)."""
     tenant = new_id()
     async with db.write() as session:
         await logs.append(

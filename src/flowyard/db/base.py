@@ -29,6 +29,19 @@ def partial_index(name: str, *columns: str, where: str | sa.TextClause, unique: 
     return sa.Index(name, *columns, unique=unique, postgresql_where=predicate, sqlite_where=predicate)
 
 
+class QuotedText(sa.types.TypeDecorator[str]):
+    """Text that quotes what a step or a far side said (an execution's error, a log message, a
+    flow's status message): a NUL character in it is stored as U+FFFD on both databases.
+    PostgreSQL's text cannot hold one, and would refuse the whole statement (an outcome, a batch
+    of log entries) for it."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
     """Always UTC, always aware on the way out.
 

@@ -27,7 +27,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from flowyard.db.base import JsonValue
+from flowyard.db.base import JsonValue, QuotedText
 from flowyard.jsonvalue import UNREADABLE, loads_stored
 
 log = logging.getLogger(__name__)
@@ -188,13 +188,13 @@ def unpack_text(cell: Any) -> Any:
         return UNREADABLE_TEXT
 
 
-class PackedText(sa.types.TypeDecorator[str]):
-    """``Text``; on SQLite a message is stored as ``pack_text``'s cell."""
+class PackedText(QuotedText):
+    """``QuotedText``; on SQLite a message is stored as ``pack_text``'s cell."""
 
-    impl = sa.Text
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        value = super().process_bind_param(value, dialect)
         if dialect.name != "sqlite" or not isinstance(value, str):
             return value
         return pack_text(value)

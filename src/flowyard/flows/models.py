@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, Json, Timestamped, UTCDateTime
+from flowyard.db.base import Base, Id, Json, QuotedText, Timestamped, UTCDateTime
 from flowyard.ids import new_id
 
 # The FTS5 table (SQLite) holding ``(name_lc, description_lc)`` of every flow for ``search``,
@@ -37,7 +37,7 @@ class Flow(Timestamped, Base):
     owners: Mapped[list[dict[str, str]]] = mapped_column(Json, nullable=False, default=list)
     # A FlowStatus (flows/status.py, the one module that moves it); new flows are "inactive".
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False, default="inactive")
-    status_message: Mapped[str | None] = mapped_column(sa.Text)
+    status_message: Mapped[str | None] = mapped_column(QuotedText)
     status_changed_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     # Bumped on every content change: PATCH uses it for compare-and-set.
     version: Mapped[int] = mapped_column(sa.Integer, nullable=False, default=1)

@@ -56,20 +56,11 @@ def entry(
 
 def _stored(e: Mapping[str, Any]) -> Mapping[str, Any]:
     """The row as stored: the user owner only on an entry of no tenant (its only reader is a
-    tenantless caller's scope, ``iam.visibility.tenant_data_clause``); a NUL character in the
-    message as U+FFFD on both databases (PostgreSQL's text cannot hold one, and a message
-    quotes what a step met: a far side's answer may carry one)."""
-    user = e.get("tenant") is not None and e.get("user_id") is not None
-    message = e.get("message")
-    nul = isinstance(message, str) and "\x00" in message
-    if not (user or nul):
-        return e
-    row = dict(e)
-    if user:
-        row["user_id"] = None
-    if isinstance(message, str) and nul:
-        row["message"] = message.replace("\x00", "\ufffd")
-    return row
+    tenantless caller's scope, ``iam.visibility.tenant_data_clause``). (A NUL character in the
+    message is stored as U+FFFD by its type, ``db.base.QuotedText``.)"""
+    if e.get("tenant") is not None and e.get("user_id") is not None:
+        return {**e, "user_id": None}
+    return e
 
 
 async def append(session: AsyncSession, entries: Sequence[Mapping[str, Any]]) -> None:

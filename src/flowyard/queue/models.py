@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flowyard.db.base import Base, Id, JsonValue, UTCDateTime, partial_index
+from flowyard.db.base import Base, Id, JsonValue, QuotedText, UTCDateTime, partial_index
 from flowyard.db.compact import CompactId, CompactTime
 from flowyard.db.packed import PackedJson
 
@@ -51,7 +51,7 @@ class Execution(Base):
     # with the outcome by the same UPDATE: no row per step. Deferred: lists do not read it.
     # On SQLite packed: deflated against a dictionary of its keys (db/packed.py).
     steps: Mapped[Any] = mapped_column(PackedJson, nullable=True, deferred=True)
-    error: Mapped[str | None] = mapped_column(sa.Text)
+    error: Mapped[str | None] = mapped_column(QuotedText)
     created_at: Mapped[datetime] = mapped_column(CompactTime(), nullable=False)
     started_at: Mapped[datetime | None] = mapped_column(CompactTime())
     finished_at: Mapped[datetime | None] = mapped_column(CompactTime())
