@@ -52,12 +52,26 @@ _ZDICT = (
 _PROTO = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, 1, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
 
 
+def _deflate(proto: Any, body: bytes) -> bytes:
+    """``body`` deflated from a copy of a prepared compressor (its dictionary set)."""
+    deflater = proto.copy()
+    return bytes(deflater.compress(body) + deflater.flush())
+
+
+def _inflate(body: bytes, zdict: bytes) -> bytes:
+    """A raw deflate stream against ``zdict``; ``ValueError`` (or ``zlib.error``) if broken."""
+    inflater = zlib.decompressobj(_WBITS, zdict)
+    out = inflater.decompress(body) + inflater.flush()
+    if not inflater.eof:
+        raise ValueError("a truncated deflate stream")
+    return out
+
+
 def pack(value: Any) -> bytes:
     """The stored form of a JSON value (not None): version byte + body."""
     body = orjson.dumps(value)
     if len(body) > 64:
-        deflater = _PROTO.copy()
-        packed = deflater.compress(body) + deflater.flush()
+        packed = _deflate(_PROTO, body)
         if len(packed) < len(body):
             return bytes((DEFLATED_V1,)) + packed
     return bytes((RAW,)) + body
@@ -75,11 +89,7 @@ def unpack_checked(raw: Any) -> Any:
         raise ValueError(f"not a packed JSON cell ({type(raw).__name__})")
     version = raw[0]
     if version == DEFLATED_V1:
-        inflater = zlib.decompressobj(_WBITS, _ZDICT)
-        body = inflater.decompress(raw[1:]) + inflater.flush()
-        if not inflater.eof:
-            raise ValueError("a truncated deflate stream")
-        return orjson.loads(body)
+        return orjson.loads(_inflate(raw[1:], _ZDICT))
     if version == RAW:
         return orjson.loads(raw[1:])
     raise ValueError(f"an unknown version byte {version}")
@@ -162,8 +172,7 @@ def pack_text(value: str) -> str | bytes:
     """The SQLite cell of a message: deflated when that is shorter, else the text itself."""
     body = value.encode()
     if len(body) > 16:
-        deflater = _TEXT_PROTO.copy()
-        packed = deflater.compress(body) + deflater.flush()
+        packed = _deflate(_TEXT_PROTO, body)
         if len(packed) + 1 < len(body):
             return bytes((TEXT_DEFLATED_V1,)) + packed
     return value
@@ -178,11 +187,7 @@ def unpack_text(cell: Any) -> Any:
     try:
         if not raw or raw[0] != TEXT_DEFLATED_V1:
             raise ValueError(f"an unknown version byte {raw[:1]!r}")
-        inflater = zlib.decompressobj(_WBITS, _TEXT_ZDICT)
-        body = inflater.decompress(raw[1:]) + inflater.flush()
-        if not inflater.eof:
-            raise ValueError("a truncated deflate stream")
-        return body.decode()
+        return _inflate(raw[1:], _TEXT_ZDICT).decode()
     except (ValueError, zlib.error) as exc:  # UnicodeDecodeError is a ValueError
         log.warning("a stored packed message could not be read (%s)", exc)
         return UNREADABLE_TEXT
