@@ -767,34 +767,30 @@ async def complete(
 # the index's predicate). PostgreSQL skips rows another resumer holds; SQLite's write
 # transaction is the only writer, and INDEXED BY makes the plan the index or an error.
 # The values and cells pass through the columns' own types (ids and times compact on SQLite).
-_DUE_ROWS = (sa.bindparam("now", type_=Execution.resume_at.type), sa.column("id", Execution.id.type))
-_DUE_PG = (
-    sa.text(
-        "SELECT id FROM executions WHERE status = 'waiting' AND resume_at <= :now "
-        "ORDER BY resume_at LIMIT :n FOR UPDATE SKIP LOCKED"
+def _waiting_statements(dialect: str) -> tuple[sa.TextualSelect, sa.TextualSelect]:
+    """The resumer's two statements for ``dialect``: the due rows, and the next due time."""
+    rows = "executions INDEXED BY ix_executions_waiting_due" if dialect == "sqlite" else "executions"
+    lock = "" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
+    due = (
+        sa.text(
+            f"SELECT id FROM {rows} WHERE status = 'waiting' AND resume_at <= :now "
+            f"ORDER BY resume_at LIMIT :n{lock}"
+        )
+        .bindparams(sa.bindparam("now", type_=Execution.resume_at.type))
+        .columns(sa.column("id", Execution.id.type))
     )
-    .bindparams(_DUE_ROWS[0])
-    .columns(_DUE_ROWS[1])
-)
-_DUE_SQLITE = (
-    sa.text(
-        "SELECT id FROM executions INDEXED BY ix_executions_waiting_due "
-        "WHERE status = 'waiting' AND resume_at <= :now ORDER BY resume_at LIMIT :n"
+    following = sa.text(f"SELECT min(resume_at) FROM {rows} WHERE status = 'waiting'").columns(
+        sa.column("m", Execution.resume_at.type)
     )
-    .bindparams(_DUE_ROWS[0])
-    .columns(_DUE_ROWS[1])
-)
-_NEXT_DUE = sa.text("SELECT min(resume_at) FROM executions WHERE status = 'waiting'").columns(
-    sa.column("m", Execution.resume_at.type)
-)
-_NEXT_DUE_SQLITE = sa.text(
-    "SELECT min(resume_at) FROM executions INDEXED BY ix_executions_waiting_due WHERE status = 'waiting'"
-).columns(sa.column("m", Execution.resume_at.type))
+    return due, following
+
+
+_WAITING = {dialect: _waiting_statements(dialect) for dialect in ("postgresql", "sqlite")}
 
 
 def due_query(session: AsyncSession) -> sa.TextualSelect:
     """The statement ``resume_due`` selects with (bench/waiting.py prints its plan)."""
-    return _DUE_PG if dialect_name(session) == "postgresql" else _DUE_SQLITE
+    return _WAITING[dialect_name(session)][0]
 
 
 async def resume_due(session: AsyncSession, *, limit: int = 500, now: datetime | None = None) -> list[str]:
@@ -818,7 +814,7 @@ async def resume_due(session: AsyncSession, *, limit: int = 500, now: datetime |
 
 async def next_due(session: AsyncSession) -> datetime | None:
     """When the next waiting execution is due (None: none waits); one index probe."""
-    stmt = _NEXT_DUE if dialect_name(session) == "postgresql" else _NEXT_DUE_SQLITE
+    stmt = _WAITING[dialect_name(session)][1]
     return cast(datetime | None, await session.scalar(stmt))
 
 
